@@ -1,0 +1,140 @@
+//! Writes the code of a declaration.
+//!
+//! Generated code names only `<crate>::__private::…`, `::core::…` and the
+//! user's own type, and lives in a `const _: () = { … };` block so that its
+//! items (prefixed `__ECHO_`) cannot clash with the user's.
+
+use proc_macro2::TokenStream;
+use quote::{ToTokens, quote};
+use syn::{Attribute, Data, DeriveInput, Fields};
+
+use crate::valid::Decl;
+
+pub(crate) fn expand(decl: &Decl, input: &DeriveInput) -> TokenStream {
+    let krate = &decl.krate;
+    let private = quote!(#krate::__private);
+    let ident = &input.ident;
+    let vis = &input.vis;
+    let Decl {
+        kind,
+        ttl_ms,
+        name,
+        ..
+    } = decl;
+    let coherence = syn::Ident::new(decl.coherence, proc_macro2::Span::call_site());
+    let jitter = option(decl.jitter.map(|j| quote!(#j)));
+    let max_size = option(decl.max_size.map(|m| {
+        let m = proc_macro2::Literal::u64_unsuffixed(m);
+        quote!(#m)
+    }));
+    let sweep_ms = option(decl.sweep_ms.map(|s| quote!(#s)));
+    let absent_ttl_ms = option(decl.absent_ttl_ms.map(|a| quote!(#a)));
+    let fingerprint = fingerprint(input);
+    let fetch_doc = format!(
+        "Reads the `{ident}` of `id` through `cache`: its L1 row, else the one flight of `id` \
+         (the `{name}` table's L2, then its loader).\n\n# Errors\n\nAs `echo_cache::Cache::fetch`."
+    );
+
+    quote! {
+        #input
+
+        const _: () = {
+            #[#private::linkme::distributed_slice(#private::DECLARATIONS)]
+            #[linkme(crate = #private::linkme)]
+            static __ECHO_DECLARATION: #private::Declaration = #private::Declaration::new::<#ident>(
+                #private::SpecParts {
+                    name: #name,
+                    type_name: ::core::concat!(::core::module_path!(), "::", ::core::stringify!(#ident)),
+                    kind: #kind,
+                    ttl_ms: #ttl_ms,
+                    jitter: #jitter,
+                    max_size: #max_size,
+                    sweep_ms: #sweep_ms,
+                    absent_ttl_ms: #absent_ttl_ms,
+                    coherence: #private::Coherence::#coherence,
+                    fingerprint: #fingerprint,
+                }
+                .build(),
+            );
+
+            impl #private::Cached for #ident {
+                const KIND: #private::Kind = #private::Kind::new(#kind);
+
+                fn __declaration() -> &'static #private::Declaration {
+                    &__ECHO_DECLARATION
+                }
+            }
+
+            impl #ident {
+                #[doc = #fetch_doc]
+                #[allow(dead_code)]
+                #vis fn fetch(
+                    cache: &#private::Cache,
+                    id: #private::Id<Self>,
+                ) -> impl #private::Future<
+                    Output = ::core::result::Result<#private::Fetched<Self>, #private::Error>,
+                > + '_ {
+                    cache.fetch::<Self>(id)
+                }
+            }
+        };
+    }
+}
+
+fn option(value: Option<TokenStream>) -> TokenStream {
+    match value {
+        Some(value) => quote!(::core::option::Option::Some(#value)),
+        None => quote!(::core::option::Option::None),
+    }
+}
+
+/// A fingerprint of the type's serialized shape: its name, its fields' names
+/// and types, its variants and its `#[serde]` attributes. Docs and other
+/// attributes do not count, so editing a comment does not orphan L2 rows.
+fn fingerprint(input: &DeriveInput) -> u64 {
+    let mut shape = TokenStream::new();
+    input.ident.to_tokens(&mut shape);
+    serde_attrs(&input.attrs, &mut shape);
+    match &input.data {
+        Data::Struct(data) => fields(&data.fields, &mut shape),
+        Data::Enum(data) => {
+            for variant in &data.variants {
+                variant.ident.to_tokens(&mut shape);
+                serde_attrs(&variant.attrs, &mut shape);
+                fields(&variant.fields, &mut shape);
+                if let Some((_, discriminant)) = &variant.discriminant {
+                    discriminant.to_tokens(&mut shape);
+                }
+            }
+        }
+        Data::Union(_) => {}
+    }
+    fnv1a(shape.to_string().as_bytes())
+}
+
+fn fields(fields: &Fields, shape: &mut TokenStream) {
+    let kind = match fields {
+        Fields::Named(_) => "named",
+        Fields::Unnamed(_) => "unnamed",
+        Fields::Unit => "unit",
+    };
+    kind.to_tokens(shape);
+    for field in fields {
+        field.ident.to_tokens(shape);
+        field.ty.to_tokens(shape);
+        serde_attrs(&field.attrs, shape);
+    }
+}
+
+fn serde_attrs(attrs: &[Attribute], shape: &mut TokenStream) {
+    for attr in attrs.iter().filter(|a| a.path().is_ident("serde")) {
+        attr.to_tokens(shape);
+    }
+}
+
+/// 64-bit FNV-1a: small, stable across compiler versions and platforms.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, &byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
+    })
+}

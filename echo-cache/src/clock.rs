@@ -1,0 +1,101 @@
+//! The coarse monotonic clock that L1 expiry is measured on.
+//!
+//! A hit must not read the OS clock (a `clock_gettime` costs more than the
+//! whole hit), so a cache reads a millisecond counter that its maintenance
+//! thread advances. Rows may live up to a tick past their expiry; TTLs are
+//! declared in milliseconds, so this is within their resolution.
+//!
+//! The clock is injectable: a [`Clock::manual`] clock only moves when a test
+//! advances it, so no test sleeps to wait for an expiry.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// A monotonic millisecond clock, shared by the tables of a cache.
+///
+/// ```
+/// use std::time::Duration;
+/// use echo_cache::Clock;
+///
+/// let clock = Clock::manual();
+/// let start = clock.now_ms();
+/// clock.advance(Duration::from_secs(60));
+/// assert_eq!(clock.now_ms(), start + 60_000);
+/// ```
+#[derive(Clone, Debug)]
+pub struct Clock {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    now_ms: AtomicU64,
+    /// `None` for a manual clock.
+    origin: Option<Instant>,
+}
+
+impl Clock {
+    /// The monotonic system clock, read at millisecond resolution.
+    #[must_use]
+    pub fn system() -> Clock {
+        let clock = Clock {
+            inner: Arc::new(Inner {
+                now_ms: AtomicU64::new(0),
+                origin: Some(Instant::now()),
+            }),
+        };
+        clock.tick();
+        clock
+    }
+
+    /// A clock that moves only when [`advance`](Self::advance)d.
+    #[must_use]
+    pub fn manual() -> Clock {
+        Clock {
+            inner: Arc::new(Inner {
+                now_ms: AtomicU64::new(1),
+                origin: None,
+            }),
+        }
+    }
+
+    /// Milliseconds since the clock started.
+    #[inline]
+    #[must_use]
+    pub fn now_ms(&self) -> u64 {
+        self.inner.now_ms.load(Ordering::Relaxed)
+    }
+
+    /// Moves a manual clock forward by `by`.
+    ///
+    /// # Panics
+    ///
+    /// Panics on the system clock, which only the OS moves.
+    pub fn advance(&self, by: Duration) {
+        assert!(self.is_manual(), "only a manual clock can be advanced");
+        let by = u64::try_from(by.as_millis()).unwrap_or(u64::MAX);
+        self.inner.now_ms.fetch_add(by, Ordering::Relaxed);
+    }
+
+    /// Whether this is a [`manual`](Self::manual) clock.
+    #[must_use]
+    pub fn is_manual(&self) -> bool {
+        self.inner.origin.is_none()
+    }
+
+    /// Brings the system clock up to date (a no-op on a manual clock).
+    pub(crate) fn tick(&self) {
+        if let Some(origin) = self.inner.origin {
+            // +1 so that 0 is never a reading: rows may use it as "long dead".
+            let elapsed = u64::try_from(origin.elapsed().as_millis()).unwrap_or(u64::MAX);
+            self.inner.now_ms.fetch_max(elapsed + 1, Ordering::Relaxed);
+        }
+    }
+}
+
+impl Default for Clock {
+    fn default() -> Clock {
+        Clock::system()
+    }
+}

@@ -1,0 +1,140 @@
+//! The directory: every declaration linked into the program, gathered by the
+//! linker (no start-up code, no registration call).
+//!
+//! `#[near_cache(...)]` places one [`Declaration`] per type in a distributed
+//! slice ([`linkme`]); [`declared`] lists them and
+//! [`Cache::builder`](crate::Cache::builder) opens one table per declaration.
+
+use std::sync::{Arc, OnceLock};
+
+use linkme::distributed_slice;
+
+use crate::error::Error;
+use crate::spec::{Cached, Coherence, TableSpec};
+use crate::table::{AnyTable, Shared};
+
+/// Every declaration linked into the program, in link order.
+#[doc(hidden)]
+#[distributed_slice]
+pub static DECLARATIONS: [Declaration];
+
+/// One declared table: its spec and how to open it.
+#[doc(hidden)]
+pub struct Declaration {
+    pub(crate) spec: TableSpec,
+    pub(crate) open: fn(&'static Declaration, &Shared) -> Arc<dyn AnyTable>,
+}
+
+impl Declaration {
+    #[doc(hidden)]
+    pub const fn new<T: Cached>(spec: TableSpec) -> Declaration {
+        Declaration {
+            spec,
+            open: crate::table::open::<T>,
+        }
+    }
+
+    /// Position of this declaration in [`DECLARATIONS`]: tables of a cache
+    /// are stored at the same positions, so finding one is an index.
+    pub(crate) fn slot(&'static self) -> usize {
+        let base = DECLARATIONS.as_ptr() as usize;
+        let slot = (std::ptr::from_ref(self) as usize - base) / size_of::<Declaration>();
+        debug_assert!(std::ptr::eq(&DECLARATIONS[slot], self));
+        slot
+    }
+}
+
+/// The parts of a [`TableSpec`], as the attribute writes them.
+#[doc(hidden)]
+pub struct SpecParts {
+    pub name: &'static str,
+    pub type_name: &'static str,
+    pub kind: &'static str,
+    pub ttl_ms: u64,
+    pub jitter: Option<f64>,
+    pub max_size: Option<usize>,
+    pub sweep_ms: Option<u64>,
+    pub absent_ttl_ms: Option<u64>,
+    pub coherence: Coherence,
+    pub fingerprint: u64,
+}
+
+impl SpecParts {
+    #[doc(hidden)]
+    pub const fn build(self) -> TableSpec {
+        TableSpec {
+            name: self.name,
+            type_name: self.type_name,
+            kind: crate::Kind::new(self.kind),
+            ttl_ms: self.ttl_ms,
+            jitter: match self.jitter {
+                Some(jitter) => jitter,
+                None => TableSpec::DEFAULT_JITTER,
+            },
+            max_size: match self.max_size {
+                Some(max_size) => max_size,
+                None => TableSpec::DEFAULT_MAX_SIZE,
+            },
+            sweep_ms: match self.sweep_ms {
+                Some(sweep_ms) => sweep_ms,
+                None => TableSpec::DEFAULT_SWEEP_MS,
+            },
+            absent_ttl_ms: match self.absent_ttl_ms {
+                Some(absent_ttl_ms) => absent_ttl_ms,
+                None => TableSpec::DEFAULT_ABSENT_TTL_MS,
+            },
+            coherence: self.coherence,
+            fingerprint: self.fingerprint,
+        }
+    }
+}
+
+/// Every cache declared in the program, sorted by table name.
+///
+/// Gathered at link time: no registration call is needed, and the list is
+/// complete before `main` runs.
+///
+/// ```
+/// #[echo_cache::near_cache(kind = "GAM", ttl_ms = 60_000, name = "games")]
+/// #[derive(serde::Serialize, serde::Deserialize)]
+/// struct Game { secret: String }
+///
+/// let names: Vec<&str> = echo_cache::declared().iter().map(|s| s.name()).collect();
+/// assert!(names.contains(&"games"));
+/// ```
+pub fn declared() -> &'static [&'static TableSpec] {
+    static SORTED: OnceLock<Vec<&'static TableSpec>> = OnceLock::new();
+    SORTED.get_or_init(|| {
+        let mut specs: Vec<&'static TableSpec> = DECLARATIONS.iter().map(|d| &d.spec).collect();
+        specs.sort_by_key(|spec| (spec.name, spec.type_name));
+        specs
+    })
+}
+
+/// Refuses two declarations that share a table name or a kind.
+///
+/// # Errors
+///
+/// [`Error::Conflict`] naming both types.
+pub(crate) fn check_unique() -> Result<(), Error> {
+    let specs = declared();
+    for (i, a) in specs.iter().enumerate() {
+        for b in &specs[i + 1..] {
+            let clash = if a.name == b.name {
+                Some(format!("table name `{}`", a.name))
+            } else if a.kind == b.kind {
+                Some(format!("kind `{}`", a.kind))
+            } else {
+                None
+            };
+            if let Some(what) = clash {
+                return Err(Error::Conflict {
+                    what,
+                    first: a.type_name,
+                    second: b.type_name,
+                });
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,108 @@
+//! The one error type of the crate.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A boxed error from a loader.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// What can go wrong building a cache or fetching through it.
+///
+/// Errors are `Clone`: every waiter of a failed flight receives the same one.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub enum Error {
+    /// The loader found no entity with this id. Not a failure of the cache:
+    /// the system of record has nothing to serve.
+    NotFound {
+        /// The table asked.
+        table: &'static str,
+        /// The id asked for.
+        id: crate::RawId,
+    },
+    /// The loader returned an error.
+    Load {
+        /// The table whose loader failed.
+        table: &'static str,
+        /// The loader's error, shared by every waiter of the flight.
+        source: Arc<dyn std::error::Error + Send + Sync + 'static>,
+    },
+    /// The flight panicked (in the loader or below) or was dropped before it
+    /// answered, e.g. because its runtime shut down.
+    FlightCrashed {
+        /// The table whose flight crashed.
+        table: &'static str,
+        /// The panic message, or why the flight was dropped.
+        message: Arc<str>,
+    },
+    /// The fetch waited longer than its timeout. The flight goes on and
+    /// fills L1 for the next caller.
+    Timeout {
+        /// The table asked.
+        table: &'static str,
+        /// How long the fetch waited.
+        after: Duration,
+    },
+    /// The table has no loader and neither L1 nor L2 had the value.
+    NoLoader {
+        /// The table asked.
+        table: &'static str,
+    },
+    /// A fetch outside a Tokio runtime on a cache built outside one: there is
+    /// nowhere to run the flight.
+    NoRuntime,
+    /// Two declarations in the program share a table name or a kind.
+    Conflict {
+        /// What they share, e.g. "table name `games`".
+        what: String,
+        /// One declaring type.
+        first: &'static str,
+        /// The other declaring type.
+        second: &'static str,
+    },
+    /// The cache was configured with an invalid setting.
+    Config(String),
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::NotFound { table, id } => write!(f, "{table}: no entity {id}"),
+            Error::Load { table, source } => write!(f, "{table}: the loader failed: {source}"),
+            Error::FlightCrashed { table, message } => {
+                write!(f, "{table}: the fill crashed: {message}")
+            }
+            Error::Timeout { table, after } => {
+                write!(f, "{table}: no answer within {after:?}")
+            }
+            Error::NoLoader { table } => {
+                write!(f, "{table}: a miss needs a loader and the table has none")
+            }
+            Error::NoRuntime => f.write_str("a fill needs a Tokio runtime and none is running"),
+            Error::Conflict {
+                what,
+                first,
+                second,
+            } => write!(f, "`{first}` and `{second}` both declare the {what}"),
+            Error::Config(what) => write!(f, "invalid cache configuration: {what}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Load { source, .. } => Some(&**source),
+            _ => None,
+        }
+    }
+}
+
+impl Error {
+    /// Whether this is [`Error::NotFound`]: the entity does not exist.
+    #[must_use]
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, Error::NotFound { .. })
+    }
+}

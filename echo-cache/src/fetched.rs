@@ -1,0 +1,93 @@
+//! What a fetch returns: the value, where it came from and its version.
+
+use std::fmt;
+use std::ops::Deref;
+use std::sync::Arc;
+
+use crate::id::RawId;
+
+/// Where a fetched value came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Source {
+    /// L1, in the caller's thread.
+    Hit,
+    /// The shared L2 server, by a flight.
+    L2,
+    /// The loader (the system of record), by a flight.
+    Fill,
+}
+
+/// A value read through the cache.
+///
+/// Dereferences to the value; [`value`](Self::value) is the shared
+/// `Arc` itself.
+pub struct Fetched<T> {
+    value: Arc<T>,
+    source: Source,
+    version: RawId,
+}
+
+impl<T> Fetched<T> {
+    pub(crate) fn new(value: Arc<T>, source: Source, version: RawId) -> Fetched<T> {
+        Fetched {
+            value,
+            source,
+            version,
+        }
+    }
+
+    /// The value, shared with L1 and every other reader.
+    #[must_use]
+    pub fn value(&self) -> &Arc<T> {
+        &self.value
+    }
+
+    /// The value, without the rest.
+    #[must_use]
+    pub fn into_value(self) -> Arc<T> {
+        self.value
+    }
+
+    /// Where the value came from.
+    #[must_use]
+    pub fn source(&self) -> Source {
+        self.source
+    }
+
+    /// The version of the value: an id of the table's kind, minted when the
+    /// value was written (or the entity's own id, for tables with coherence
+    /// `none`, whose entities never change).
+    #[must_use]
+    pub fn version(&self) -> RawId {
+        self.version
+    }
+}
+
+impl<T> Clone for Fetched<T> {
+    fn clone(&self) -> Self {
+        Fetched {
+            value: Arc::clone(&self.value),
+            source: self.source,
+            version: self.version,
+        }
+    }
+}
+
+impl<T> Deref for Fetched<T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        &self.value
+    }
+}
+
+impl<T: fmt::Debug> fmt::Debug for Fetched<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Fetched")
+            .field("value", &self.value)
+            .field("source", &self.source)
+            .field("version", &self.version)
+            .finish()
+    }
+}

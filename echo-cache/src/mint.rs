@@ -1,0 +1,179 @@
+//! Minting snowflake payloads: time, node and sequence in 64 bits.
+//!
+//! Layout, most significant first: 42 bits of milliseconds since
+//! [`EPOCH_MS`] (2025-01-01T00:00:00Z; good for 139 years), 10 bits of node,
+//! 12 bits of sequence. The time field leads, so payload order is time order;
+//! within one minter the (time, sequence) pair strictly increases, so payload
+//! order is mint order too.
+//!
+//! The wall clock may step back (NTP, a VM migration). A minter never follows
+//! it backwards: it keeps the last (time, sequence) it issued and, when the
+//! clock reads earlier, keeps counting from there. When 4096 ids are minted in
+//! one millisecond the minter borrows the next millisecond. Either way it runs
+//! ahead of the wall clock for a moment and the clock catches up.
+//!
+//! The node field tells apart ids minted by different processes in the same
+//! millisecond. Give each process that mints (each cache node) its own node
+//! number with [`Minter::set_node`] on [`Minter::global`], before it mints.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use crate::id::{Id, Kind, RawId};
+use crate::spec::Cached;
+
+/// The minting epoch: 2025-01-01T00:00:00Z in milliseconds since the Unix epoch.
+pub const EPOCH_MS: u64 = 1_735_689_600_000;
+const NODE_BITS: u32 = 10;
+const SEQ_BITS: u32 = 12;
+const TIME_BITS: u32 = 64 - NODE_BITS - SEQ_BITS;
+/// The largest node number a minter accepts.
+pub const MAX_NODE: u16 = (1 << NODE_BITS) - 1;
+const SEQ_MAX: u64 = (1 << SEQ_BITS) - 1;
+const TIME_MAX: u64 = (1 << TIME_BITS) - 1;
+
+/// Mints ids that are unique and increasing across the threads that share it.
+///
+/// ```
+/// use echo_cache::{Kind, Minter};
+///
+/// let minter = Minter::new(7).expect("7 is a valid node");
+/// let a = minter.mint_raw(Kind::new("GAM"));
+/// let b = minter.mint_raw(Kind::new("GAM"));
+/// assert!(b.is_newer_than(&a));
+/// assert_eq!(Minter::node_of(&a), 7);
+/// ```
+#[derive(Debug)]
+pub struct Minter {
+    node: AtomicU64,
+    /// The last (time << SEQ_BITS | sequence) issued.
+    last: AtomicU64,
+}
+
+impl Minter {
+    /// A minter stamping `node` into every id.
+    ///
+    /// Returns `None` if `node` is above [`MAX_NODE`].
+    #[must_use]
+    pub fn new(node: u16) -> Option<Minter> {
+        (node <= MAX_NODE).then(|| Minter {
+            node: AtomicU64::new(u64::from(node)),
+            last: AtomicU64::new(0),
+        })
+    }
+
+    /// The process-wide minter, node 0 until [`set_node`](Self::set_node).
+    pub fn global() -> &'static Minter {
+        static GLOBAL: OnceLock<Minter> = OnceLock::new();
+        GLOBAL.get_or_init(|| Minter::new(0).expect("0 is a valid node"))
+    }
+
+    /// Sets the node stamped into ids minted from now on.
+    ///
+    /// Returns `false` (and changes nothing) if `node` is above [`MAX_NODE`].
+    pub fn set_node(&self, node: u16) -> bool {
+        if node > MAX_NODE {
+            return false;
+        }
+        self.node.store(u64::from(node), Ordering::Relaxed);
+        true
+    }
+
+    /// The node stamped into `id`.
+    #[must_use]
+    pub fn node_of(id: &RawId) -> u16 {
+        u16::try_from((id.payload() >> SEQ_BITS) & u64::from(MAX_NODE)).expect("10 bits")
+    }
+
+    /// The wall-clock time, in milliseconds since the Unix epoch, at which
+    /// `id` was minted (or the minter's time, if it was running ahead).
+    #[must_use]
+    pub fn unix_ms_of(id: &RawId) -> u64 {
+        (id.payload() >> (NODE_BITS + SEQ_BITS)) + EPOCH_MS
+    }
+
+    /// Mints an id of `T`'s kind.
+    #[must_use]
+    pub fn mint<T: Cached>(&self) -> Id<T> {
+        Id::from_payload(self.next_payload(wall_ms()))
+    }
+
+    /// Mints an id of `kind`.
+    #[must_use]
+    pub fn mint_raw(&self, kind: Kind) -> RawId {
+        RawId::new(kind, self.next_payload(wall_ms()))
+    }
+
+    /// The next payload when the wall clock reads `now` (ms since [`EPOCH_MS`]).
+    fn next_payload(&self, now: u64) -> u64 {
+        let now = now.min(TIME_MAX);
+        let mut last = self.last.load(Ordering::Relaxed);
+        loop {
+            let (time, seq) = (last >> SEQ_BITS, last & SEQ_MAX);
+            let next = if now > time {
+                now << SEQ_BITS
+            } else if seq < SEQ_MAX {
+                last + 1
+            } else {
+                // The sequence of this millisecond is spent: borrow the next one.
+                (time + 1).min(TIME_MAX) << SEQ_BITS
+            };
+            match self
+                .last
+                .compare_exchange_weak(last, next, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                Ok(_) => {
+                    let (time, seq) = (next >> SEQ_BITS, next & SEQ_MAX);
+                    let node = self.node.load(Ordering::Relaxed);
+                    return time << (NODE_BITS + SEQ_BITS) | node << SEQ_BITS | seq;
+                }
+                Err(seen) => last = seen,
+            }
+        }
+    }
+}
+
+/// Milliseconds since [`EPOCH_MS`] by the wall clock (0 if it reads earlier).
+fn wall_ms() -> u64 {
+    let unix_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    unix_ms.saturating_sub(EPOCH_MS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stays_monotonic_when_the_clock_steps_back() {
+        let minter = Minter::new(3).unwrap();
+        let mut last = 0;
+        for now in [1_000, 1_000, 999, 500, 1_000, 1_001, 10, 2_000] {
+            let next = minter.next_payload(now);
+            assert!(next > last, "{next} after {last} at {now}");
+            last = next;
+        }
+    }
+
+    #[test]
+    fn a_spent_millisecond_borrows_the_next() {
+        let minter = Minter::new(0).unwrap();
+        let first = minter.next_payload(50);
+        let ids: Vec<u64> = (0..SEQ_MAX + 10).map(|_| minter.next_payload(50)).collect();
+        assert!(ids.windows(2).all(|w| w[0] < w[1]));
+        assert!(ids[0] > first);
+        assert_eq!(ids.last().unwrap() >> (NODE_BITS + SEQ_BITS), 51);
+    }
+
+    #[test]
+    fn node_and_time_are_stamped() {
+        let minter = Minter::new(MAX_NODE).unwrap();
+        let id = RawId::new(Kind::new("GAM"), minter.next_payload(1234));
+        assert_eq!(Minter::node_of(&id), MAX_NODE);
+        assert_eq!(Minter::unix_ms_of(&id), EPOCH_MS + 1234);
+        assert!(Minter::new(MAX_NODE + 1).is_none());
+        assert!(!minter.set_node(MAX_NODE + 1));
+    }
+}

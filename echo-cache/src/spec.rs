@@ -1,0 +1,165 @@
+//! What a declaration says: the [`TableSpec`] of a cache and the [`Cached`]
+//! trait that `#[near_cache(...)]` implements.
+
+use std::fmt;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::directory::Declaration;
+use crate::id::Kind;
+
+/// How a table's rows are kept coherent across nodes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Coherence {
+    /// TTL only: for entities that never change once written.
+    None,
+    /// Server-assisted: RESP3 client tracking pushes an invalidation to every
+    /// node when another client writes a key.
+    Tracking,
+    /// Versioned, at-most-once: writers publish `id:version` messages that
+    /// every node applies newer-wins.
+    Broadcast,
+    /// Versioned, at-least-once: the same messages through a stream that
+    /// every node consumes and acknowledges.
+    Durable,
+}
+
+impl Coherence {
+    /// The name used in the attribute: `none`, `tracking`, `broadcast`, `durable`.
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Coherence::None => "none",
+            Coherence::Tracking => "tracking",
+            Coherence::Broadcast => "broadcast",
+            Coherence::Durable => "durable",
+        }
+    }
+}
+
+impl fmt::Display for Coherence {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The declared specification of one cache table.
+///
+/// Written by `#[near_cache(...)]`, validated at compile time, listed by
+/// [`declared`](crate::declared) and by a cache's roster.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TableSpec {
+    pub(crate) name: &'static str,
+    pub(crate) type_name: &'static str,
+    pub(crate) kind: Kind,
+    pub(crate) ttl_ms: u64,
+    pub(crate) jitter: f64,
+    pub(crate) max_size: usize,
+    pub(crate) sweep_ms: u64,
+    pub(crate) absent_ttl_ms: u64,
+    pub(crate) coherence: Coherence,
+    pub(crate) fingerprint: u64,
+}
+
+/// Defaults of the optional keys of `#[near_cache(...)]`.
+impl TableSpec {
+    /// Expiry is drawn from `ttl ± ttl·jitter`; 10% unless declared.
+    pub const DEFAULT_JITTER: f64 = 0.1;
+    /// Rows kept in L1 at most, unless declared.
+    pub const DEFAULT_MAX_SIZE: usize = 100_000;
+    /// How often the sweeper reclaims expired rows, unless declared.
+    pub const DEFAULT_SWEEP_MS: u64 = 1_000;
+    /// How long "the loader found nothing" is remembered; 0 (not at all)
+    /// unless declared.
+    pub const DEFAULT_ABSENT_TTL_MS: u64 = 0;
+}
+
+impl TableSpec {
+    /// The table name (`[a-z0-9_]+`), unique in the program.
+    #[must_use]
+    pub const fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// The Rust type that declared the table.
+    #[must_use]
+    pub const fn type_name(&self) -> &'static str {
+        self.type_name
+    }
+
+    /// The kind of the table's ids, unique in the program.
+    #[must_use]
+    pub const fn kind(&self) -> Kind {
+        self.kind
+    }
+
+    /// Time to live of a row, in milliseconds, before jitter.
+    #[must_use]
+    pub const fn ttl_ms(&self) -> u64 {
+        self.ttl_ms
+    }
+
+    /// Fraction of the TTL by which a row's expiry may move either way.
+    #[must_use]
+    pub const fn jitter(&self) -> f64 {
+        self.jitter
+    }
+
+    /// Most rows kept in L1.
+    #[must_use]
+    pub const fn max_size(&self) -> usize {
+        self.max_size
+    }
+
+    /// Period of the sweeper, in milliseconds.
+    #[must_use]
+    pub const fn sweep_ms(&self) -> u64 {
+        self.sweep_ms
+    }
+
+    /// How long the loader's "not found" is remembered, in milliseconds
+    /// (0: not remembered).
+    #[must_use]
+    pub const fn absent_ttl_ms(&self) -> u64 {
+        self.absent_ttl_ms
+    }
+
+    /// The coherence mode.
+    #[must_use]
+    pub const fn coherence(&self) -> Coherence {
+        self.coherence
+    }
+
+    /// A fingerprint of the declared struct's definition: two builds whose
+    /// structs differ have different fingerprints.
+    #[must_use]
+    pub const fn fingerprint(&self) -> u64 {
+        self.fingerprint
+    }
+}
+
+/// A type with a near-cache, declared with `#[near_cache(...)]`.
+///
+/// Implemented only by the attribute. It ties the type to its table: its
+/// ids are [`Id<Self>`](crate::Id) of the declared kind, and
+/// [`Cache::fetch`](crate::Cache::fetch) reads it through that table.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` has no near-cache",
+    label = "`{Self}` is not declared with `#[near_cache(...)]`",
+    note = "add `#[echo_cache::near_cache(kind = \"ABC\", ttl_ms = 60_000)]` to the definition of `{Self}` to give it a cache"
+)]
+pub trait Cached: Serialize + DeserializeOwned + Send + Sync + 'static {
+    /// The kind of this type's ids.
+    const KIND: Kind;
+
+    #[doc(hidden)]
+    fn __declaration() -> &'static Declaration;
+
+    /// The declared specification of this type's table.
+    #[must_use]
+    fn spec() -> &'static TableSpec {
+        &Self::__declaration().spec
+    }
+}

@@ -1,0 +1,197 @@
+//! Live counters of a table, and the snapshot a caller reads.
+//!
+//! Hits happen on every thread at once, so they are striped: each thread
+//! owns one cache-line-sized cell (a lease returned when the thread ends)
+//! and bumps it with a plain load and store, the cheapest write there is and
+//! one no other thread shares. Reading the count sums the cells. Every other
+//! counter is on a slower path (a miss, a sweep) and is one relaxed atomic.
+
+use std::cell::Cell;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+
+use crossbeam_utils::CachePadded;
+
+/// Threads beyond this many alive at once share one contended cell.
+const CELLS: usize = 128;
+
+/// A counter bumped from many threads without sharing a cache line.
+pub(crate) struct Striped {
+    cells: Box<[CachePadded<AtomicU64>]>,
+    overflow: AtomicU64,
+}
+
+impl Striped {
+    pub(crate) fn new() -> Striped {
+        Striped {
+            cells: (0..CELLS).map(|_| CachePadded::new(AtomicU64::new(0))).collect(),
+            overflow: AtomicU64::new(0),
+        }
+    }
+
+    #[inline]
+    pub(crate) fn incr(&self) {
+        match self.cells.get(lease::current()) {
+            // Only this thread writes this cell, so load + store loses nothing.
+            Some(cell) => cell.store(cell.load(Relaxed) + 1, Relaxed),
+            None => {
+                self.overflow.fetch_add(1, Relaxed);
+            }
+        }
+    }
+
+    pub(crate) fn sum(&self) -> u64 {
+        self.cells.iter().map(|c| c.load(Relaxed)).sum::<u64>() + self.overflow.load(Relaxed)
+    }
+}
+
+/// Per-thread leases of a cell index, unique among the living threads.
+mod lease {
+    use super::{AtomicUsize, CELLS, Cell, Mutex, Relaxed};
+
+    const UNSET: usize = usize::MAX;
+    /// Taken by a thread whose lease was already returned (during its exit).
+    const GONE: usize = usize::MAX - 1;
+
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    static FREE: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+
+    thread_local! {
+        static INDEX: Cell<usize> = const { Cell::new(UNSET) };
+        static GUARD: Guard = const { Guard };
+    }
+
+    /// Returns the lease when its thread ends.
+    struct Guard;
+
+    impl Drop for Guard {
+        fn drop(&mut self) {
+            let index = INDEX.with(|i| i.replace(GONE));
+            if index < CELLS {
+                FREE.lock().unwrap_or_else(|e| e.into_inner()).push(index);
+            }
+        }
+    }
+
+    /// This thread's cell index; `>= CELLS` means "use the shared cell".
+    #[inline]
+    pub(super) fn current() -> usize {
+        let index = INDEX.try_with(Cell::get).unwrap_or(GONE);
+        if index == UNSET { take() } else { index }
+    }
+
+    #[cold]
+    fn take() -> usize {
+        // Register the guard first; if this thread is already exiting, share.
+        if GUARD.try_with(|_| ()).is_err() {
+            return GONE;
+        }
+        let reused = FREE.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        let index = reused.unwrap_or_else(|| NEXT.fetch_add(1, Relaxed));
+        let index = if index < CELLS { index } else { GONE };
+        INDEX.with(|i| i.set(index));
+        index
+    }
+}
+
+/// The counters of one table.
+#[derive(Default)]
+pub(crate) struct Counters {
+    pub(crate) misses: AtomicU64,
+    pub(crate) fills: AtomicU64,
+    pub(crate) l2_hits: AtomicU64,
+    pub(crate) coalesced: AtomicU64,
+    pub(crate) swept: AtomicU64,
+    pub(crate) full_skips: AtomicU64,
+    pub(crate) sweeps: AtomicU64,
+    pub(crate) load_errors: AtomicU64,
+    pub(crate) not_found: AtomicU64,
+    pub(crate) invalidations: AtomicU64,
+    pub(crate) puts: AtomicU64,
+}
+
+impl Counters {
+    pub(crate) fn bump(counter: &AtomicU64) {
+        counter.fetch_add(1, Relaxed);
+    }
+
+    pub(crate) fn snapshot(&self, hits: u64, size: usize, in_flight: usize) -> Stats {
+        Stats {
+            hits,
+            misses: self.misses.load(Relaxed),
+            fills: self.fills.load(Relaxed),
+            l2_hits: self.l2_hits.load(Relaxed),
+            coalesced: self.coalesced.load(Relaxed),
+            swept: self.swept.load(Relaxed),
+            full_skips: self.full_skips.load(Relaxed),
+            sweeps: self.sweeps.load(Relaxed),
+            size: size as u64,
+            in_flight: in_flight as u64,
+            load_errors: self.load_errors.load(Relaxed),
+            not_found: self.not_found.load(Relaxed),
+            invalidations: self.invalidations.load(Relaxed),
+            puts: self.puts.load(Relaxed),
+        }
+    }
+}
+
+impl Default for Striped {
+    fn default() -> Striped {
+        Striped::new()
+    }
+}
+
+/// A snapshot of one table's counters.
+///
+/// Every fetch is counted once as a hit or a miss. A miss either joins a
+/// flight already under way (`coalesced`) or starts one, and a flight ends
+/// as an L2 hit (`l2_hits`), a load (`fills`), a "not found" (`not_found`)
+/// or an error (`load_errors`), or finds the row filled meanwhile.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Stats {
+    /// Fetches answered from L1.
+    pub hits: u64,
+    /// Fetches L1 could not answer.
+    pub misses: u64,
+    /// Flights answered by the loader.
+    pub fills: u64,
+    /// Flights answered by L2.
+    pub l2_hits: u64,
+    /// Misses that joined a flight already under way.
+    pub coalesced: u64,
+    /// Expired rows reclaimed by the sweeper.
+    pub swept: u64,
+    /// Values served but not kept because L1 was full of live rows.
+    pub full_skips: u64,
+    /// Sweeper passes.
+    pub sweeps: u64,
+    /// Rows in L1 now (live or not yet swept).
+    pub size: u64,
+    /// Flights under way now.
+    pub in_flight: u64,
+    /// Flights that failed: a loader error, a loader panic.
+    pub load_errors: u64,
+    /// Flights whose loader found nothing.
+    pub not_found: u64,
+    /// Invalidations applied.
+    pub invalidations: u64,
+    /// Values written with `put`.
+    pub puts: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn striped_counts_from_many_threads_add_up() {
+        let counter = Striped::new();
+        std::thread::scope(|s| {
+            for _ in 0..(CELLS + 16) {
+                s.spawn(|| (0..1000).for_each(|_| counter.incr()));
+            }
+        });
+        assert_eq!(counter.sum(), (CELLS as u64 + 16) * 1000);
+    }
+}
