@@ -1,0 +1,1 @@
+//! Test fixtures of echo-cache (dev-only, not published).
