@@ -16,6 +16,7 @@ use crate::directory::{self, DECLARATIONS};
 use crate::error::{BoxError, Error};
 use crate::fetched::Fetched;
 use crate::id::{Id, RawId};
+use crate::l2::{self, Codec};
 use crate::roster::TableInfo;
 use crate::spec::Cached;
 use crate::stats::Stats;
@@ -120,25 +121,30 @@ impl Cache {
         self.shared_table::<T>().miss(id.payload(), timeout).await
     }
 
-    /// Writes `value` as the value of `id` and returns its new version.
+    /// Writes `value` as the value of `id`, through L2 and L1, and returns
+    /// its new version.
     ///
-    /// A fill of `id` under way will not overwrite it.
+    /// A fill of `id` under way will not overwrite it in L1. If L2 does not
+    /// take the write (an outage), it is dropped and counted
+    /// ([`Stats::l2_writes_dropped`]); L1 still holds the new value.
     ///
     /// # Errors
     ///
-    /// None yet; the signature leaves room for the shared tier's.
+    /// None today; coherence modes that must deliver an invalidation will
+    /// report here when they cannot.
     pub async fn put<T: Cached>(&self, id: Id<T>, value: T) -> Result<RawId, Error> {
-        Ok(self.table::<T>().put(id.payload(), Arc::new(value)))
+        Ok(self.table::<T>().put(id.payload(), value).await)
     }
 
-    /// Drops the value of `id`. A fill of `id` under way will not install
-    /// its value; the next fetch loads afresh.
+    /// Drops the value of `id` from L2 and L1. A fill of `id` under way will
+    /// not install its value in L1; the next fetch reads afresh.
     ///
     /// # Errors
     ///
-    /// None yet; the signature leaves room for the shared tier's.
+    /// None today; coherence modes that must deliver an invalidation will
+    /// report here when they cannot.
     pub async fn invalidate<T: Cached>(&self, id: Id<T>) -> Result<(), Error> {
-        self.table::<T>().invalidate(id.payload());
+        self.table::<T>().invalidate(id.payload()).await;
         Ok(())
     }
 
@@ -158,8 +164,12 @@ impl Cache {
     /// sorted by table name.
     #[must_use]
     pub fn tables(&self) -> Vec<TableInfo> {
-        let mut roster: Vec<TableInfo> =
-            self.inner.tables.iter().map(|slot| slot.erased.info()).collect();
+        let mut roster: Vec<TableInfo> = self
+            .inner
+            .tables
+            .iter()
+            .map(|slot| slot.erased.info())
+            .collect();
         roster.sort_by_key(|info| info.spec.name());
         roster
     }
@@ -196,18 +206,28 @@ impl std::fmt::Debug for Cache {
 /// Builds a [`Cache`]: loaders, clock, timeouts.
 pub struct Builder {
     loaders: HashMap<TypeId, Box<dyn Any + Send>>,
+    codecs: HashMap<TypeId, Box<dyn Any + Send>>,
     clock: Clock,
     fetch_timeout: Option<Duration>,
     runtime: Option<Handle>,
+    l2_url: Option<String>,
+    l2_timeout: Duration,
+    l2_probe_every: Duration,
+    max_value_bytes: usize,
 }
 
 impl Default for Builder {
     fn default() -> Builder {
         Builder {
             loaders: HashMap::new(),
+            codecs: HashMap::new(),
             clock: Clock::system(),
             fetch_timeout: Some(Builder::DEFAULT_FETCH_TIMEOUT),
             runtime: None,
+            l2_url: None,
+            l2_timeout: Builder::DEFAULT_L2_TIMEOUT,
+            l2_probe_every: Builder::DEFAULT_L2_PROBE_EVERY,
+            max_value_bytes: Builder::DEFAULT_MAX_VALUE_BYTES,
         }
     }
 }
@@ -215,6 +235,60 @@ impl Default for Builder {
 impl Builder {
     /// How long a fetch waits for its flight unless told otherwise.
     pub const DEFAULT_FETCH_TIMEOUT: Duration = Duration::from_secs(10);
+    /// How long one L2 operation may take before the fetch goes on without
+    /// it, unless told otherwise.
+    pub const DEFAULT_L2_TIMEOUT: Duration = Duration::from_millis(50);
+    /// How often a server that stopped answering is probed, unless told
+    /// otherwise.
+    pub const DEFAULT_L2_PROBE_EVERY: Duration = Duration::from_secs(1);
+    /// The largest L2 frame written, unless told otherwise: 1 MiB.
+    pub const DEFAULT_MAX_VALUE_BYTES: usize = 1 << 20;
+
+    /// Puts every table behind the Valkey/Redis server at `url`:
+    /// `redis://[user:password@]host:port[/db]` or `rediss://…` (TLS).
+    ///
+    /// The connection is made on first use and remade by itself after a
+    /// failure; while the server does not answer, fetches go to the loader.
+    /// Without an L2 address the cache runs L1-only.
+    #[must_use]
+    pub fn l2(mut self, url: impl Into<String>) -> Builder {
+        self.l2_url = Some(url.into());
+        self
+    }
+
+    /// How long one L2 operation may take before a fetch goes on without
+    /// it ([`DEFAULT_L2_TIMEOUT`](Self::DEFAULT_L2_TIMEOUT) unless set).
+    #[must_use]
+    pub fn l2_timeout(mut self, timeout: Duration) -> Builder {
+        self.l2_timeout = timeout;
+        self
+    }
+
+    /// How often a server that stopped answering is probed
+    /// ([`DEFAULT_L2_PROBE_EVERY`](Self::DEFAULT_L2_PROBE_EVERY) unless set).
+    #[must_use]
+    pub fn l2_probe_every(mut self, every: Duration) -> Builder {
+        self.l2_probe_every = every;
+        self
+    }
+
+    /// The largest frame written to L2
+    /// ([`DEFAULT_MAX_VALUE_BYTES`](Self::DEFAULT_MAX_VALUE_BYTES) unless
+    /// set). Larger values are served and kept in L1 only, and counted
+    /// ([`Stats::oversized`]).
+    #[must_use]
+    pub fn max_value_bytes(mut self, bytes: usize) -> Builder {
+        self.max_value_bytes = bytes;
+        self
+    }
+
+    /// Writes `T`'s L2 frames with `codec` instead of [`Postcard`](crate::Postcard).
+    #[must_use]
+    pub fn codec<T: Cached>(mut self, codec: impl Codec<T>) -> Builder {
+        let codec: Arc<dyn Codec<T>> = Arc::new(codec);
+        self.codecs.insert(TypeId::of::<T>(), Box::new(codec));
+        self
+    }
 
     /// Sets the loader of `T`: the system of record, called once per herd
     /// of misses that neither L1 nor L2 can answer. `Ok(None)` means the
@@ -265,13 +339,21 @@ impl Builder {
     ///
     /// # Errors
     ///
-    /// [`Error::Conflict`] if two declarations share a table name or a kind.
+    /// [`Error::Conflict`] if two declarations share a table name or a kind,
+    /// [`Error::Config`] if the L2 address is not a valid URL.
     pub fn build(self) -> Result<Cache, Error> {
         directory::check_unique()?;
+        let l2 = self
+            .l2_url
+            .map(|url| l2::Server::open(&url, self.l2_timeout, self.l2_probe_every))
+            .transpose()?;
         let shared = Shared {
             clock: self.clock.clone(),
             runtime: self.runtime.or_else(|| Handle::try_current().ok()),
             loaders: Mutex::new(self.loaders),
+            l2: l2.map(Arc::new),
+            max_value_bytes: self.max_value_bytes,
+            codecs: Mutex::new(self.codecs),
         };
         let tables = DECLARATIONS
             .iter()

@@ -27,6 +27,7 @@ pub struct Declaration {
 
 impl Declaration {
     #[doc(hidden)]
+    #[must_use]
     pub const fn new<T: Cached>(spec: TableSpec) -> Declaration {
         Declaration {
             spec,
@@ -39,7 +40,7 @@ impl Declaration {
     pub(crate) fn slot(&'static self) -> usize {
         let base = DECLARATIONS.as_ptr() as usize;
         let slot = (std::ptr::from_ref(self) as usize - base) / size_of::<Declaration>();
-        debug_assert!(std::ptr::eq(&DECLARATIONS[slot], self));
+        debug_assert!(std::ptr::eq(std::ptr::from_ref(&DECLARATIONS[slot]), self));
         slot
     }
 }
@@ -61,6 +62,7 @@ pub struct SpecParts {
 
 impl SpecParts {
     #[doc(hidden)]
+    #[must_use]
     pub const fn build(self) -> TableSpec {
         TableSpec {
             name: self.name,

@@ -172,7 +172,10 @@ mod model {
                 fill.join().unwrap();
             }
             let cached = *l1.lock().unwrap();
-            assert!(cached.is_none() || cached == Some(2), "stale {cached:?} installed");
+            assert!(
+                cached.is_none() || cached == Some(2),
+                "stale {cached:?} installed"
+            );
         });
     }
 }

@@ -110,8 +110,8 @@ impl Kind {
 
     /// The three letters.
     #[must_use]
+    #[allow(clippy::missing_panics_doc)] // only ASCII letters are ever stored
     pub fn as_str(&self) -> &str {
-        // Only ASCII letters are ever stored.
         std::str::from_utf8(&self.0).expect("a kind is ASCII")
     }
 
@@ -493,8 +493,14 @@ mod tests {
             let id = RawId::new(Kind::new("GAM"), payload);
             assert_eq!(RawId::parse(id.to_bytes()), Ok(id));
         }
-        assert_eq!(RawId::new(Kind::new("GAM"), 0).to_string(), "GAM00000000000");
-        assert_eq!(RawId::new(Kind::new("GAM"), u64::MAX).to_string(), "GAMLygHa16AHYF");
+        assert_eq!(
+            RawId::new(Kind::new("GAM"), 0).to_string(),
+            "GAM00000000000"
+        );
+        assert_eq!(
+            RawId::new(Kind::new("GAM"), u64::MAX).to_string(),
+            "GAMLygHa16AHYF"
+        );
     }
 
     #[test]

@@ -16,8 +16,8 @@
 //! millisecond. Give each process that mints (each cache node) its own node
 //! number with [`Minter::set_node`] on [`Minter::global`], before it mints.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::id::{Id, Kind, RawId};
@@ -47,7 +47,7 @@ const TIME_MAX: u64 = (1 << TIME_BITS) - 1;
 #[derive(Debug)]
 pub struct Minter {
     node: AtomicU64,
-    /// The last (time << SEQ_BITS | sequence) issued.
+    /// The last `time << SEQ_BITS | sequence` issued.
     last: AtomicU64,
 }
 
@@ -66,7 +66,10 @@ impl Minter {
     /// The process-wide minter, node 0 until [`set_node`](Self::set_node).
     pub fn global() -> &'static Minter {
         static GLOBAL: OnceLock<Minter> = OnceLock::new();
-        GLOBAL.get_or_init(|| Minter::new(0).expect("0 is a valid node"))
+        GLOBAL.get_or_init(|| Minter {
+            node: AtomicU64::new(0),
+            last: AtomicU64::new(0),
+        })
     }
 
     /// Sets the node stamped into ids minted from now on.
@@ -82,8 +85,9 @@ impl Minter {
 
     /// The node stamped into `id`.
     #[must_use]
+    #[allow(clippy::cast_possible_truncation)] // masked to 10 bits
     pub fn node_of(id: &RawId) -> u16 {
-        u16::try_from((id.payload() >> SEQ_BITS) & u64::from(MAX_NODE)).expect("10 bits")
+        ((id.payload() >> SEQ_BITS) & u64::from(MAX_NODE)) as u16
     }
 
     /// The wall-clock time, in milliseconds since the Unix epoch, at which

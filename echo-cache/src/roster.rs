@@ -12,6 +12,9 @@ pub enum Health {
     /// L1 holds `max_size` rows: fills are served but not kept until the
     /// sweeper reclaims dead rows.
     Full,
+    /// The L2 server is not answering: fetches go on to the loader, L2
+    /// writes are dropped, and one probe per interval checks for its return.
+    L2Down,
 }
 
 /// One running table, as [`Cache::tables`](crate::Cache::tables) lists it.

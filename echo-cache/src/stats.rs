@@ -24,7 +24,9 @@ pub(crate) struct Striped {
 impl Striped {
     pub(crate) fn new() -> Striped {
         Striped {
-            cells: (0..CELLS).map(|_| CachePadded::new(AtomicU64::new(0))).collect(),
+            cells: (0..CELLS)
+                .map(|_| CachePadded::new(AtomicU64::new(0)))
+                .collect(),
             overflow: AtomicU64::new(0),
         }
     }
@@ -68,7 +70,9 @@ mod lease {
         fn drop(&mut self) {
             let index = INDEX.with(|i| i.replace(GONE));
             if index < CELLS {
-                FREE.lock().unwrap_or_else(|e| e.into_inner()).push(index);
+                FREE.lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .push(index);
             }
         }
     }
@@ -86,7 +90,10 @@ mod lease {
         if GUARD.try_with(|_| ()).is_err() {
             return GONE;
         }
-        let reused = FREE.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        let reused = FREE
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .pop();
         let index = reused.unwrap_or_else(|| NEXT.fetch_add(1, Relaxed));
         let index = if index < CELLS { index } else { GONE };
         INDEX.with(|i| i.set(index));
@@ -108,6 +115,10 @@ pub(crate) struct Counters {
     pub(crate) not_found: AtomicU64,
     pub(crate) invalidations: AtomicU64,
     pub(crate) puts: AtomicU64,
+    pub(crate) l2_errors: AtomicU64,
+    pub(crate) decode_errors: AtomicU64,
+    pub(crate) oversized: AtomicU64,
+    pub(crate) l2_writes_dropped: AtomicU64,
 }
 
 impl Counters {
@@ -131,6 +142,10 @@ impl Counters {
             not_found: self.not_found.load(Relaxed),
             invalidations: self.invalidations.load(Relaxed),
             puts: self.puts.load(Relaxed),
+            l2_errors: self.l2_errors.load(Relaxed),
+            decode_errors: self.decode_errors.load(Relaxed),
+            oversized: self.oversized.load(Relaxed),
+            l2_writes_dropped: self.l2_writes_dropped.load(Relaxed),
         }
     }
 }
@@ -178,6 +193,17 @@ pub struct Stats {
     pub invalidations: u64,
     /// Values written with `put`.
     pub puts: u64,
+    /// L2 reads that failed, timed out, or were not tried because the
+    /// server is not answering; each went on to the loader.
+    pub l2_errors: u64,
+    /// L2 frames that were not a value of this table (short, malformed
+    /// version, another schema, undecodable body); each was refilled.
+    pub decode_errors: u64,
+    /// Values larger than `max_value_bytes`: served and kept in L1, not
+    /// written to L2.
+    pub oversized: u64,
+    /// L2 writes and deletes dropped because the server did not take them.
+    pub l2_writes_dropped: u64,
 }
 
 #[cfg(test)]

@@ -28,6 +28,7 @@ use crate::fetched::{Fetched, Source};
 use crate::flight::{Flights, Joined};
 use crate::id::{Id, RawId};
 use crate::l1::{self, Kept, Row, Rows};
+use crate::l2::{self, Codec, Postcard, Tier};
 use crate::mint::Minter;
 use crate::roster::{Health, TableInfo};
 use crate::spec::{Cached, Coherence, TableSpec};
@@ -46,6 +47,23 @@ pub(crate) struct Shared {
     pub(crate) runtime: Option<Handle>,
     /// Loaders by the `TypeId` of their `T`, each a boxed [`Loader<T>`].
     pub(crate) loaders: Mutex<HashMap<TypeId, Box<dyn Any + Send>>>,
+    /// The L2 server, if the cache has one.
+    pub(crate) l2: Option<Arc<l2::Server>>,
+    pub(crate) max_value_bytes: usize,
+    /// Codecs other than the default, by `TypeId`, each an `Arc<dyn Codec<T>>`.
+    pub(crate) codecs: Mutex<HashMap<TypeId, Box<dyn Any + Send>>>,
+}
+
+impl Shared {
+    fn take<V: 'static>(
+        map: &Mutex<HashMap<TypeId, Box<dyn Any + Send>>>,
+        key: TypeId,
+    ) -> Option<V> {
+        map.lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&key)
+            .map(|boxed| *boxed.downcast::<V>().expect("keyed by TypeId"))
+    }
 }
 
 /// The operations of a table that do not depend on its type.
@@ -57,12 +75,17 @@ pub(crate) trait AnyTable: Send + Sync {
 
 /// Opens the table of `T` (the `open` of its declaration).
 pub(crate) fn open<T: Cached>(decl: &'static Declaration, shared: &Shared) -> Arc<dyn AnyTable> {
-    let loader = shared
-        .loaders
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .remove(&TypeId::of::<T>())
-        .map(|boxed| *boxed.downcast::<Loader<T>>().expect("keyed by TypeId"));
+    let loader = Shared::take::<Loader<T>>(&shared.loaders, TypeId::of::<T>());
+    let tier = shared.l2.as_ref().map(|server| {
+        let codec = Shared::take::<Arc<dyn Codec<T>>>(&shared.codecs, TypeId::of::<T>())
+            .unwrap_or_else(|| Arc::new(Postcard));
+        Tier::new(
+            Arc::clone(server),
+            codec,
+            &decl.spec,
+            shared.max_value_bytes,
+        )
+    });
     Arc::new(Table::<T> {
         spec: &decl.spec,
         rows: Rows::new(&decl.spec),
@@ -71,6 +94,7 @@ pub(crate) fn open<T: Cached>(decl: &'static Declaration, shared: &Shared) -> Ar
         counters: Counters::default(),
         clock: shared.clock.clone(),
         loader,
+        tier,
         runtime: shared.runtime.clone(),
     })
 }
@@ -83,6 +107,7 @@ pub(crate) struct Table<T> {
     counters: Counters,
     clock: Clock,
     loader: Option<Loader<T>>,
+    tier: Option<Tier<T>>,
     runtime: Option<Handle>,
 }
 
@@ -148,12 +173,14 @@ impl<T: Cached> Table<T> {
         };
         match timeout {
             None => landed.await,
-            Some(after) => tokio::time::timeout(after, landed)
-                .await
-                .unwrap_or(Err(Error::Timeout {
-                    table: self.spec.name,
-                    after,
-                })),
+            Some(after) => {
+                tokio::time::timeout(after, landed)
+                    .await
+                    .unwrap_or(Err(Error::Timeout {
+                        table: self.spec.name,
+                        after,
+                    }))
+            }
         }
     }
 
@@ -167,7 +194,11 @@ impl<T: Cached> Table<T> {
                 None => Err(self.not_found(key)),
             };
         }
-        // The L2 tier goes here: a valid frame answers with `Source::L2`.
+        if let Some(tier) = &self.tier {
+            if let Some((version, value)) = tier.read(key, &self.counters).await {
+                return Ok(Fetched::new(Arc::new(value), Source::L2, version));
+            }
+        }
         let loader = self.loader.as_ref().ok_or(Error::NoLoader {
             table: self.spec.name,
         })?;
@@ -178,7 +209,13 @@ impl<T: Cached> Table<T> {
             _ => Minter::global().mint_raw(T::KIND),
         };
         match loader(Id::from_payload(key)).await {
-            Ok(Some(value)) => Ok(Fetched::new(Arc::new(value), Source::Fill, version)),
+            Ok(Some(value)) => {
+                if let Some(tier) = &self.tier {
+                    tier.write(key, &version, &value, self.l2_ttl_ms(), &self.counters)
+                        .await;
+                }
+                Ok(Fetched::new(Arc::new(value), Source::Fill, version))
+            }
             Ok(None) => Err(self.not_found(key)),
             Err(source) => Err(Error::Load {
                 table: self.spec.name,
@@ -227,10 +264,15 @@ impl<T: Cached> Table<T> {
         }
     }
 
-    /// Writes `value` to L1 under a fresh version; a flight of `key` under
-    /// way will not install its (older) value.
-    pub(crate) fn put(&self, key: u64, value: Arc<T>) -> RawId {
+    /// Writes `value` under a fresh version, to L2 then L1; a flight of
+    /// `key` under way will not install its (older) value in L1.
+    pub(crate) async fn put(&self, key: u64, value: T) -> RawId {
         let version = Minter::global().mint_raw(T::KIND);
+        if let Some(tier) = &self.tier {
+            tier.write(key, &version, &value, self.l2_ttl_ms(), &self.counters)
+                .await;
+        }
+        let value = Arc::new(value);
         let now = self.clock.now_ms();
         let row = Row {
             value: Some(value),
@@ -244,8 +286,13 @@ impl<T: Cached> Table<T> {
         version
     }
 
-    /// Drops the row of `key`; a flight of `key` under way will not install.
-    pub(crate) fn invalidate(&self, key: u64) {
+    /// Drops `key` from L2 then L1; a flight of `key` under way will not
+    /// install. (L2 first: a flight that starts in between reads L2 after the
+    /// delete, and one that read L2 before it is overtaken.)
+    pub(crate) async fn invalidate(&self, key: u64) {
+        if let Some(tier) = &self.tier {
+            tier.delete(key, &self.counters).await;
+        }
         self.flights.overtake(key, || self.rows.remove(key));
         Counters::bump(&self.counters.invalidations);
     }
@@ -258,6 +305,11 @@ impl<T: Cached> Table<T> {
     pub(crate) fn stats(&self) -> Stats {
         self.counters
             .snapshot(self.hits.sum(), self.rows.len(), self.flights.len())
+    }
+
+    /// A jittered L2 lifetime; the server's clock expires the key.
+    fn l2_ttl_ms(&self) -> u64 {
+        l1::expiry(0, self.spec.ttl_ms, self.spec.jitter)
     }
 
     fn count_kept(&self, kept: Kept) {
@@ -286,7 +338,9 @@ impl<T: Cached> AnyTable for Table<T> {
         TableInfo {
             spec: self.spec,
             stats: self.stats(),
-            health: if self.rows.is_full() {
+            health: if self.tier.as_ref().is_some_and(|t| t.server().is_down()) {
+                Health::L2Down
+            } else if self.rows.is_full() {
                 Health::Full
             } else {
                 Health::Serving

@@ -1,0 +1,108 @@
+//! A circuit breaker: stop hammering a server that does not answer.
+//!
+//! Closed, it lets every operation through and counts failures in a row;
+//! after [`TRIP_AFTER`] it opens. Open, it refuses operations (they fall
+//! through to the loader at once), except one probe per `probe_every`. A
+//! probe that succeeds closes it. So a dead server sees at most one attempt
+//! per interval, and a server that comes back is used again by itself. A
+//! probe that never reports (its caller was dropped) costs one interval.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::time::{Duration, Instant};
+
+/// Failures in a row that open the breaker.
+pub(crate) const TRIP_AFTER: u32 = 3;
+
+pub(crate) struct Breaker {
+    open: AtomicBool,
+    failures: AtomicU32,
+    /// When an open breaker lets the next probe through (ms since `origin`).
+    probe_at: AtomicU64,
+    probe_every_ms: u64,
+    origin: Instant,
+}
+
+impl Breaker {
+    pub(crate) fn new(probe_every: Duration) -> Breaker {
+        Breaker {
+            open: AtomicBool::new(false),
+            failures: AtomicU32::new(0),
+            probe_at: AtomicU64::new(0),
+            probe_every_ms: u64::try_from(probe_every.as_millis()).unwrap_or(u64::MAX),
+            origin: Instant::now(),
+        }
+    }
+
+    /// Whether an operation may go to the server now.
+    pub(crate) fn allow(&self) -> bool {
+        self.allow_at(self.now_ms())
+    }
+
+    pub(crate) fn success(&self) {
+        self.failures.store(0, Relaxed);
+        self.open.store(false, Relaxed);
+    }
+
+    pub(crate) fn failure(&self) {
+        self.failure_at(self.now_ms());
+    }
+
+    /// Whether the breaker is refusing operations.
+    pub(crate) fn is_open(&self) -> bool {
+        self.open.load(Relaxed)
+    }
+
+    fn allow_at(&self, now: u64) -> bool {
+        if !self.open.load(Relaxed) {
+            return true;
+        }
+        // One probe per interval: the caller that moves `probe_at` wins.
+        let at = self.probe_at.load(Relaxed);
+        now >= at
+            && self
+                .probe_at
+                .compare_exchange(
+                    at,
+                    now.saturating_add(self.probe_every_ms),
+                    Relaxed,
+                    Relaxed,
+                )
+                .is_ok()
+    }
+
+    fn failure_at(&self, now: u64) {
+        let failures = self.failures.fetch_add(1, Relaxed) + 1;
+        if failures >= TRIP_AFTER && !self.open.swap(true, Relaxed) {
+            self.probe_at
+                .store(now.saturating_add(self.probe_every_ms), Relaxed);
+        }
+    }
+
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.origin.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trips_then_probes_once_per_interval_and_recovers() {
+        let breaker = Breaker::new(Duration::from_millis(100));
+        for _ in 0..TRIP_AFTER {
+            assert!(breaker.allow_at(0));
+            breaker.failure_at(0);
+        }
+        assert!(breaker.is_open());
+        assert!(!breaker.allow_at(99), "no probe before the interval");
+        assert!(breaker.allow_at(100), "one probe once it passed");
+        assert!(!breaker.allow_at(100), "only one probe per interval");
+        breaker.failure_at(100);
+        assert!(!breaker.allow_at(150));
+        assert!(breaker.allow_at(200), "the next interval probes again");
+        breaker.success();
+        assert!(!breaker.is_open());
+        assert!(breaker.allow_at(200) && breaker.allow_at(200));
+    }
+}

@@ -1,0 +1,53 @@
+//! How values are written into L2 frames.
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::error::BoxError;
+
+/// Turns values of `T` into the bytes of an L2 frame and back.
+///
+/// The default is [`Postcard`]. Another codec can be set per table with
+/// [`Builder::codec`](crate::Builder::codec). A codec's [`name`](Codec::name)
+/// is folded into the schema stamp of each frame, so a frame written with
+/// one codec is never decoded with another: it is a miss that refills.
+pub trait Codec<T>: Send + Sync + 'static {
+    /// A short name of the format (and its version, if the format has one).
+    fn name(&self) -> &'static str;
+
+    /// The bytes of `value`.
+    ///
+    /// # Errors
+    ///
+    /// When `value` cannot be written in this format.
+    fn encode(&self, value: &T) -> Result<Vec<u8>, BoxError>;
+
+    /// The value written in `bytes`.
+    ///
+    /// # Errors
+    ///
+    /// When `bytes` is not a value of `T` in this format.
+    fn decode(&self, bytes: &[u8]) -> Result<T, BoxError>;
+}
+
+/// The default codec: [postcard](https://docs.rs/postcard), a compact,
+/// maintained serde format with a stable wire format (1.x) and no schema in
+/// the bytes. It is not self-describing, so a change of the struct would
+/// misread old bytes; the schema fingerprint in every frame is what keeps
+/// that from happening.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Postcard;
+
+impl<T: Serialize + DeserializeOwned> Codec<T> for Postcard {
+    fn name(&self) -> &'static str {
+        "postcard-1"
+    }
+
+    fn encode(&self, value: &T) -> Result<Vec<u8>, BoxError> {
+        Ok(postcard::to_stdvec(value)?)
+    }
+
+    fn decode(&self, bytes: &[u8]) -> Result<T, BoxError> {
+        Ok(postcard::from_bytes(bytes)?)
+    }
+}

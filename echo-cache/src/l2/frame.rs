@@ -1,0 +1,93 @@
+//! The L2 frame: `version (14 bytes) ++ schema (8 bytes) ++ body`.
+//!
+//! The version is the value's id-shaped version, in its 14 ASCII bytes, so
+//! server-side scripts can compare versions with plain byte comparison. The
+//! schema stamp (big-endian) is the declared struct's fingerprint folded
+//! with the codec's name: a frame written by a build whose struct or codec
+//! differs is refused before a byte of the body is decoded.
+
+use crate::id::{ID_LEN, Kind, RawId};
+
+/// Bytes before the body.
+pub(crate) const HEADER: usize = ID_LEN + 8;
+
+/// Why a frame is not a value of this table.
+#[derive(Debug)]
+pub(crate) enum FrameError {
+    Short(usize),
+    Version,
+    Schema,
+}
+
+impl std::fmt::Display for FrameError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FrameError::Short(len) => {
+                write!(f, "a frame of {len} bytes is shorter than its header")
+            }
+            FrameError::Version => f.write_str("the version is not an id of this table's kind"),
+            FrameError::Schema => f.write_str("written by a build with another struct or codec"),
+        }
+    }
+}
+
+/// The schema stamp of a table: its struct's fingerprint and its codec.
+pub(crate) fn schema(fingerprint: u64, codec: &str) -> u64 {
+    // FNV-1a over the codec name, seeded with the fingerprint.
+    codec
+        .bytes()
+        .fold(fingerprint ^ 0xcbf2_9ce4_8422_2325, |hash, byte| {
+            (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
+        })
+}
+
+pub(crate) fn encode(version: &RawId, schema: u64, body: &[u8]) -> Vec<u8> {
+    let mut frame = Vec::with_capacity(HEADER + body.len());
+    frame.extend_from_slice(&version.to_bytes());
+    frame.extend_from_slice(&schema.to_be_bytes());
+    frame.extend_from_slice(body);
+    frame
+}
+
+/// The version and body of `frame`, if it is a frame of this table.
+pub(crate) fn decode(frame: &[u8], kind: Kind, schema: u64) -> Result<(RawId, &[u8]), FrameError> {
+    if frame.len() < HEADER {
+        return Err(FrameError::Short(frame.len()));
+    }
+    let version = RawId::parse(&frame[..ID_LEN]).map_err(|_| FrameError::Version)?;
+    if version.kind() != kind {
+        return Err(FrameError::Version);
+    }
+    let stamp = u64::from_be_bytes(frame[ID_LEN..HEADER].try_into().expect("8 bytes"));
+    if stamp != schema {
+        return Err(FrameError::Schema);
+    }
+    Ok((version, &frame[HEADER..]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_round_trip_and_refuse_what_is_not_theirs() {
+        let kind = Kind::new("GAM");
+        let version = RawId::new(kind, 42);
+        let frame = encode(&version, 7, b"body");
+        let (read, body) = decode(&frame, kind, 7).unwrap();
+        assert_eq!((read, body), (version, &b"body"[..]));
+        assert!(matches!(
+            decode(&frame[..HEADER - 1], kind, 7),
+            Err(FrameError::Short(_))
+        ));
+        assert!(matches!(decode(&frame, kind, 8), Err(FrameError::Schema)));
+        assert!(matches!(
+            decode(&frame, Kind::new("PLR"), 7),
+            Err(FrameError::Version)
+        ));
+        let mut bad = frame.clone();
+        bad[5] = b'-';
+        assert!(matches!(decode(&bad, kind, 7), Err(FrameError::Version)));
+        assert_ne!(schema(1, "postcard-1"), schema(1, "json"));
+    }
+}

@@ -1,0 +1,98 @@
+//! The L2 keyspace: `ecc:{<table>}:<id>`, and the cluster slot of a key.
+//!
+//! The `{<table>}` hashtag puts every key of one table on one of the 16384
+//! cluster slots, so multi-key scripts of one table never cross slots. The
+//! `ecc:` prefix keeps the cache out of other keyspaces. Table names are
+//! checked at compile time (`[a-z0-9_]+`) and ids are well-formed by
+//! construction ([`RawId`] cannot hold a malformed id), so no malformed key
+//! ever reaches the wire.
+
+use crate::id::RawId;
+use crate::spec::TableSpec;
+
+/// Number of hash slots of a Valkey/Redis cluster.
+pub const SLOTS: u16 = 16_384;
+
+/// The prefix every key of `table` starts with: `ecc:{<table>}:`.
+///
+/// ```
+/// # #[echo_cache::near_cache(kind = "GAM", ttl_ms = 1_000, name = "cm_games")]
+/// # #[derive(serde::Serialize, serde::Deserialize)] struct Game;
+/// use echo_cache::{keyspace, Cached};
+///
+/// assert_eq!(keyspace::prefix(Game::spec()), "ecc:{cm_games}:");
+/// ```
+#[must_use]
+pub fn prefix(table: &TableSpec) -> String {
+    format!("ecc:{{{}}}:", table.name())
+}
+
+/// The key of `id` in `table`: `ecc:{<table>}:<id>`.
+///
+/// ```
+/// # #[echo_cache::near_cache(kind = "GAM", ttl_ms = 1_000, name = "cm_games")]
+/// # #[derive(serde::Serialize, serde::Deserialize)] struct Game;
+/// use echo_cache::{keyspace, Cached, RawId};
+///
+/// let id: RawId = "GAM0000000001z".parse()?;
+/// assert_eq!(keyspace::key(Game::spec(), &id), "ecc:{cm_games}:GAM0000000001z");
+/// # Ok::<(), echo_cache::IdError>(())
+/// ```
+#[must_use]
+pub fn key(table: &TableSpec, id: &RawId) -> String {
+    format!("{}{id}", prefix(table))
+}
+
+/// The cluster slot of `key`: CRC16 (XMODEM) of its hashtag (or of the
+/// whole key when it has none), modulo 16384, as `CLUSTER KEYSLOT` computes.
+///
+/// ```
+/// use echo_cache::keyspace::slot;
+///
+/// assert_eq!(slot(b"ecc:{cm_games}:GAM0000000001z"), slot(b"cm_games"));
+/// assert_eq!(slot(b"123456789"), 0x31C3 % 16_384);
+/// ```
+#[must_use]
+pub fn slot(key: &[u8]) -> u16 {
+    crc16_xmodem(hashtag(key)) % SLOTS
+}
+
+/// The part of `key` that is hashed: between the first `{` and the first
+/// `}` after it, if that is not empty; else the whole key.
+fn hashtag(key: &[u8]) -> &[u8] {
+    if let Some(open) = key.iter().position(|&b| b == b'{') {
+        if let Some(len) = key[open + 1..].iter().position(|&b| b == b'}') {
+            if len > 0 {
+                return &key[open + 1..open + 1 + len];
+            }
+        }
+    }
+    key
+}
+
+/// CRC-16/XMODEM: polynomial 0x1021, initial value 0, no reflection.
+fn crc16_xmodem(bytes: &[u8]) -> u16 {
+    bytes.iter().fold(0u16, |crc, &byte| {
+        (0..8).fold(crc ^ (u16::from(byte) << 8), |crc, _| {
+            if crc & 0x8000 == 0 {
+                crc << 1
+            } else {
+                (crc << 1) ^ 0x1021
+            }
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hashtags_follow_the_cluster_spec() {
+        assert_eq!(hashtag(b"ecc:{games}:X"), b"games");
+        assert_eq!(hashtag(b"{}x"), b"{}x");
+        assert_eq!(hashtag(b"a{b}{c}"), b"b");
+        assert_eq!(hashtag(b"a{b"), b"a{b");
+        assert_eq!(hashtag(b"no tag"), b"no tag");
+    }
+}
