@@ -1,0 +1,138 @@
+//! L2 outages against a real server: killed, restarted, paused. No error
+//! reaches a caller while the loader is healthy, no caller waits past the
+//! L2 timeout plus the loader, and L2 is used again when it comes back.
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use echo_cache::{Cache, Health, Id, Source, near_cache};
+use echo_cache_testkit::RedisServer;
+
+#[near_cache(kind = "OUT", ttl_ms = 60_000, name = "outage_games")]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+struct Game {
+    secret: String,
+}
+
+const L2_TIMEOUT: Duration = Duration::from_millis(100);
+const LOADER_TIME: Duration = Duration::from_millis(20);
+/// What a fetch may take at most: two L2 operations (read, write) that each
+/// time out, the loader, and slack for a loaded machine.
+const BOUND: Duration = Duration::from_secs(3);
+
+fn node(server: &RedisServer) -> Cache {
+    Cache::builder()
+        .l2(server.url())
+        .l2_timeout(L2_TIMEOUT)
+        .l2_probe_every(Duration::from_millis(100))
+        .loader(|id: Id<Game>| async move {
+            tokio::time::sleep(LOADER_TIME).await;
+            Ok::<_, Infallible>(Some(Game {
+                secret: id.to_string(),
+            }))
+        })
+        .build()
+        .expect("cache builds")
+}
+
+/// Fetches a fresh id within [`BOUND`]; the loader must answer it.
+async fn fetch_fresh(cache: &Cache) -> Source {
+    let id = Id::<Game>::mint();
+    let fetched = tokio::time::timeout(BOUND, cache.fetch(id))
+        .await
+        .expect("answered within the bound")
+        .expect("no error reaches the caller");
+    assert_eq!(fetched.secret, id.to_string());
+    fetched.source()
+}
+
+fn health(cache: &Cache) -> Health {
+    cache
+        .tables()
+        .iter()
+        .find(|t| t.spec.name() == "outage_games")
+        .unwrap()
+        .health
+}
+
+/// Polls `probe` until it holds, for at most ten seconds.
+async fn eventually(what: &str, mut probe: impl AsyncFnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !probe().await {
+        assert!(tokio::time::Instant::now() < deadline, "never: {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_killed_server_falls_through_to_the_loader_and_is_used_again_after_restart() {
+    let server = RedisServer::start();
+    let cache = node(&server);
+    assert_eq!(fetch_fresh(&cache).await, Source::Fill);
+    assert_eq!(cache.stats::<Game>().l2_errors, 0);
+
+    server.kill();
+    for _ in 0..20 {
+        assert_eq!(fetch_fresh(&cache).await, Source::Fill);
+    }
+    let stats = cache.stats::<Game>();
+    assert!(stats.l2_errors > 0, "{stats:?}");
+    assert!(
+        stats.l2_writes_dropped > 0,
+        "writes during the outage are dropped and counted"
+    );
+    assert_eq!(health(&cache), Health::L2Down);
+
+    server.restart();
+    // A fill by this node lands in L2 again: a fresh node reads it from there.
+    eventually("L2 is used again", async || {
+        let id = Id::<Game>::mint();
+        cache.fetch(id).await.expect("loader answers");
+        let other = node(&server);
+        other.fetch(id).await.expect("answers").source() == Source::L2
+    })
+    .await;
+    assert_eq!(health(&cache), Health::Serving);
+}
+
+#[tokio::test]
+async fn a_paused_server_costs_at_most_the_l2_timeout() {
+    let server = RedisServer::start();
+    let cache = node(&server);
+    assert_eq!(fetch_fresh(&cache).await, Source::Fill);
+
+    server.pause();
+    for _ in 0..5 {
+        assert_eq!(fetch_fresh(&cache).await, Source::Fill);
+    }
+    assert!(cache.stats::<Game>().l2_errors > 0);
+    server.resume();
+
+    eventually("L2 is used again after the pause", async || {
+        let id = Id::<Game>::mint();
+        cache.fetch(id).await.expect("loader answers");
+        node(&server).fetch(id).await.expect("answers").source() == Source::L2
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_cache_built_while_the_server_is_down_serves_and_catches_up() {
+    let server = RedisServer::start();
+    server.kill();
+    let cache = node(&server);
+    assert_eq!(fetch_fresh(&cache).await, Source::Fill);
+    server.restart();
+    eventually("L2 is used once the server is up", async || {
+        let id = Id::<Game>::mint();
+        cache.fetch(id).await.expect("loader answers");
+        node(&server).fetch(id).await.expect("answers").source() == Source::L2
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_bad_l2_address_is_refused_at_build() {
+    let error = Cache::builder().l2("not a url").build().unwrap_err();
+    assert!(matches!(error, echo_cache::Error::Config(_)), "{error}");
+}
