@@ -68,6 +68,9 @@
 //! - The servers run with `--protected-mode yes`, `--daemonize no`, and on
 //!   7.0+ with `--enable-debug-command local` (so `DEBUG SLEEP` works for
 //!   slow-server tests). Extra flags go through [`RedisServer::builder`].
+//! - `CLUSTER KEYSLOT` needs `--cluster-enabled yes` on Redis 7.0 (it
+//!   answers "cluster support disabled" otherwise); with that flag the
+//!   fixture also reserves the cluster bus port (`port + 10000`).
 //! - Start, restart, kill, pause and [`query`](RedisServer::query) block the
 //!   calling thread (milliseconds; bounded by the startup timeout or
 //!   [`CLIENT_TIMEOUT`]); calling them from an async test is fine.
@@ -111,6 +114,9 @@ pub const CLIENT_TIMEOUT: Duration = Duration::from_secs(2);
 /// Fresh ports tried by [`RedisServer::start`] when the chosen one is taken
 /// by another process before the server binds it.
 const START_ATTEMPTS: usize = 8;
+
+/// The cluster bus port's offset from the client port (the default).
+const CLUSTER_BUS_OFFSET: u16 = 10_000;
 
 /// Interval of the readiness and state polls.
 const POLL_INTERVAL: Duration = Duration::from_millis(5);
@@ -338,12 +344,16 @@ impl RedisServerBuilder {
             args.push("--enable-debug-command".into());
             args.push("local".into());
         }
+        let cluster = self
+            .args
+            .windows(2)
+            .any(|flag| flag[0] == "--cluster-enabled" && flag[1].eq_ignore_ascii_case("yes"));
         args.extend(self.args);
 
         let mut last = None;
         for attempt in 1..=START_ATTEMPTS {
             let reservation =
-                reserve_port().map_err(|e| Error::io("choosing a free loopback port", e))?;
+                reserve_port(cluster).map_err(|e| Error::io("choosing a free loopback port", e))?;
             let port = reservation.port;
             let spec = Spec {
                 binary: &binary.path,
@@ -827,16 +837,19 @@ impl Spec<'_> {
     }
 }
 
-/// A port of `127.0.0.1`, free a moment ago and held for one fixture's
-/// lifetime against every other fixture (see [`reserve_port`]).
+/// A port of `127.0.0.1` (and, for a cluster-enabled server, its cluster bus
+/// port), free a moment ago and held for one fixture's lifetime against
+/// every other fixture (see [`reserve_port`]).
 #[derive(Debug)]
 struct Reservation {
     port: u16,
-    /// The lock on byte `port` of the shared ports file; released on drop.
-    _lock: Option<File>,
+    /// The locks on byte `port` (and the bus port) of the shared ports file;
+    /// released on drop.
+    _locks: Vec<File>,
 }
 
-/// Picks a port for a new server.
+/// Picks a port for a new server; with `cluster_bus`, also its cluster bus
+/// port (`port + 10000`, the Redis/Valkey default).
 ///
 /// Candidates come from below the kernel's ephemeral range (Linux:
 /// `ip_local_port_range`), so no outgoing connection takes the port as its
@@ -847,9 +860,10 @@ struct Reservation {
 /// lives, even while its server is killed. Then it is bound once to check
 /// that nothing else listens there. Without a usable lock (not Linux, or no
 /// writable temp dir) only the bind check remains.
-fn reserve_port() -> io::Result<Reservation> {
-    let range = candidate_ports();
-    for _ in 0..256 {
+fn reserve_port(cluster_bus: bool) -> io::Result<Reservation> {
+    let headroom = if cluster_bus { CLUSTER_BUS_OFFSET } else { 0 };
+    let range = candidate_ports(headroom);
+    'candidates: for _ in 0..256 {
         let port = match &range {
             Some(range) => {
                 let span = u64::from(range.end - range.start);
@@ -859,12 +873,26 @@ fn reserve_port() -> io::Result<Reservation> {
                 .local_addr()?
                 .port(),
         };
-        let lock = match lock_port(port) {
-            Ok(lock) => lock,
-            Err(PortLock::Held) => continue,
+        let ports = match (cluster_bus, port.checked_add(CLUSTER_BUS_OFFSET)) {
+            (false, _) => vec![port],
+            (true, Some(bus)) => vec![port, bus],
+            (true, None) => continue,
         };
-        if TcpListener::bind((Ipv4Addr::LOCALHOST, port)).is_ok() {
-            return Ok(Reservation { port, _lock: lock });
+        let mut locks = Vec::new();
+        for &p in &ports {
+            match lock_port(p) {
+                Ok(lock) => locks.extend(lock),
+                Err(PortLock::Held) => continue 'candidates,
+            }
+        }
+        if ports
+            .iter()
+            .all(|&p| TcpListener::bind((Ipv4Addr::LOCALHOST, p)).is_ok())
+        {
+            return Ok(Reservation {
+                port,
+                _locks: locks,
+            });
         }
     }
     Err(io::Error::new(
@@ -873,9 +901,9 @@ fn reserve_port() -> io::Result<Reservation> {
     ))
 }
 
-/// Ports below the ephemeral range, from 10000 up (above most development
-/// services' defaults), or `None` to let the kernel choose.
-fn candidate_ports() -> Option<std::ops::Range<u16>> {
+/// Ports from 10000 (above most development services' defaults) up to
+/// `headroom` below the ephemeral range, or `None` to let the kernel choose.
+fn candidate_ports(headroom: u16) -> Option<std::ops::Range<u16>> {
     let ephemeral_low = fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
         .ok()
         .and_then(|r| r.split_whitespace().next()?.parse::<u16>().ok())
@@ -884,7 +912,8 @@ fn candidate_ports() -> Option<std::ops::Range<u16>> {
         } else {
             49152
         });
-    (ephemeral_low >= 12_000).then_some(10_000..ephemeral_low)
+    let end = ephemeral_low.checked_sub(headroom)?;
+    (end >= 12_000).then_some(10_000..end)
 }
 
 fn random_u64() -> u64 {
@@ -1160,23 +1189,32 @@ mod tests {
 
     #[test]
     fn a_reserved_port_is_not_handed_out_again() {
-        let held: Vec<Reservation> = (0..64).map(|_| reserve_port().unwrap()).collect();
-        let ports: std::collections::HashSet<u16> = held.iter().map(|r| r.port).collect();
-        assert_eq!(ports.len(), held.len());
-        if let Some(range) = candidate_ports() {
+        let held: Vec<Reservation> = (0..64).map(|i| reserve_port(i % 2 == 0).unwrap()).collect();
+        let mut ports = std::collections::HashSet::new();
+        for (i, r) in held.iter().enumerate() {
+            assert!(ports.insert(r.port), "{} handed out twice", r.port);
+            if i % 2 == 0 {
+                let bus = r.port + CLUSTER_BUS_OFFSET;
+                assert!(ports.insert(bus), "bus port {bus} handed out twice");
+            }
+        }
+        if let Some(range) = candidate_ports(0) {
             assert!(
                 ports.iter().all(|p| range.contains(p)),
                 "{ports:?} outside {range:?}"
             );
         }
         #[cfg(target_os = "linux")]
-        for r in &held {
-            assert!(r._lock.is_some(), "no lock on Linux");
+        for (i, r) in held.iter().enumerate() {
+            assert_eq!(
+                r._locks.len(),
+                if i % 2 == 0 { 2 } else { 1 },
+                "no lock on Linux"
+            );
             assert!(matches!(lock_port(r.port), Err(PortLock::Held)));
         }
-        let port = held[0].port;
-        drop(held);
-        assert!(matches!(lock_port(port), Ok(Some(_)) | Ok(None)));
+        // (Once dropped, a port may be taken by any fixture right away, so
+        // its release is not asserted here.)
     }
 
     #[test]

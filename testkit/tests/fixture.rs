@@ -312,3 +312,21 @@ fn a_server_that_cannot_start_reports_its_log() {
         "the log tail is missing: {msg}"
     );
 }
+
+#[test]
+fn a_cluster_enabled_server_answers_cluster_keyslot() {
+    // CLUSTER KEYSLOT needs cluster support on redis 7.0 ("This instance
+    // has cluster support disabled" otherwise); the fixture also reserves
+    // the cluster bus port (port + 10000).
+    let server = RedisServer::builder()
+        .args(["--cluster-enabled", "yes"])
+        .start();
+    let slot: u16 = server.query(redis::cmd("CLUSTER").arg("KEYSLOT").arg("ecc:{GAM}:x"));
+    let same: u16 = server.query(redis::cmd("CLUSTER").arg("KEYSLOT").arg("{GAM}"));
+    assert_eq!(slot, same);
+    assert!(slot < 16384);
+    server.kill();
+    server.restart();
+    let again: u16 = server.query(redis::cmd("CLUSTER").arg("KEYSLOT").arg("{GAM}"));
+    assert_eq!(again, slot);
+}
