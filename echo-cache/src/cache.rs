@@ -10,15 +10,18 @@ use std::time::{Duration, Instant};
 
 use futures_util::FutureExt;
 use tokio::runtime::Handle;
+use tokio::sync::watch;
 
 use crate::clock::Clock;
+use crate::coherence::link;
 use crate::directory::{self, DECLARATIONS};
 use crate::error::{BoxError, Error};
 use crate::fetched::Fetched;
 use crate::id::{Id, RawId};
 use crate::l2::{self, Codec};
+use crate::mint::Minter;
 use crate::roster::TableInfo;
-use crate::spec::Cached;
+use crate::spec::{Cached, Coherence};
 use crate::stats::Stats;
 use crate::table::{AnyTable, Loader, Shared, Table};
 
@@ -66,6 +69,8 @@ struct Inner {
     fetch_timeout: Option<Duration>,
     /// Dropping it stops the maintenance thread.
     _stop: mpsc::Sender<()>,
+    /// Dropping it stops the coherence lanes.
+    _stop_coherence: watch::Sender<()>,
 }
 
 struct Slot {
@@ -121,8 +126,9 @@ impl Cache {
         self.shared_table::<T>().miss(id.payload(), timeout).await
     }
 
-    /// Writes `value` as the value of `id`, through L2 and L1, and returns
-    /// its new version.
+    /// Writes `value` as the value of `id` under a fresh version, through L2
+    /// and this node's L1, tells the other nodes (per the table's coherence
+    /// mode), and returns the version.
     ///
     /// A fill of `id` under way will not overwrite it in L1. If L2 does not
     /// take the write (an outage), it is dropped and counted
@@ -130,22 +136,40 @@ impl Cache {
     ///
     /// # Errors
     ///
-    /// None today; coherence modes that must deliver an invalidation will
-    /// report here when they cannot.
+    /// [`Error::NotDelivered`] if the table is `durable` and the
+    /// invalidation could not be recorded for the other nodes.
     pub async fn put<T: Cached>(&self, id: Id<T>, value: T) -> Result<RawId, Error> {
-        Ok(self.table::<T>().put(id.payload(), value).await)
+        self.table::<T>().put(id.payload(), value).await
     }
 
-    /// Drops the value of `id` from L2 and L1. A fill of `id` under way will
-    /// not install its value in L1; the next fetch reads afresh.
+    /// Drops the value of `id` from this node's L1 (before it returns) and
+    /// from L2, and tells the other nodes, under a fresh version, which it
+    /// returns. A fill of `id` under way will not install its value; the
+    /// next fetch reads afresh.
+    ///
+    /// Call it after writing the entity to the system of record.
     ///
     /// # Errors
     ///
-    /// None today; coherence modes that must deliver an invalidation will
-    /// report here when they cannot.
-    pub async fn invalidate<T: Cached>(&self, id: Id<T>) -> Result<(), Error> {
-        self.table::<T>().invalidate(id.payload()).await;
-        Ok(())
+    /// [`Error::NotDelivered`] if the table is `durable` and the
+    /// invalidation could not be recorded for the other nodes.
+    pub async fn invalidate<T: Cached>(&self, id: Id<T>) -> Result<RawId, Error> {
+        let version = Minter::global().mint_raw(T::KIND);
+        self.invalidate_at(id, version).await?;
+        Ok(version)
+    }
+
+    /// Invalidates `id` at `version`: the version of the write that made the
+    /// cached value stale (minted by the writer when it wrote the system of
+    /// record, say). Newer wins: rows and L2 frames older than `version` are
+    /// dropped, newer ones are kept, and a repeated or late invalidation
+    /// changes nothing.
+    ///
+    /// # Errors
+    ///
+    /// As [`invalidate`](Self::invalidate).
+    pub async fn invalidate_at<T: Cached>(&self, id: Id<T>, version: RawId) -> Result<(), Error> {
+        self.table::<T>().invalidate(id.payload(), &version).await
     }
 
     /// Drops every row of `T`'s table (in L1). Fills under way will not
@@ -211,9 +235,14 @@ pub struct Builder {
     fetch_timeout: Option<Duration>,
     runtime: Option<Handle>,
     l2_url: Option<String>,
+    /// Root certificates (PEM) a `rediss://` L2 trusts instead of the
+    /// system's; set only with the `tls` feature.
+    l2_tls_root: Option<Vec<u8>>,
     l2_timeout: Duration,
     l2_probe_every: Duration,
     max_value_bytes: usize,
+    tombstone_ttl: Duration,
+    coherence_ping_every: Duration,
 }
 
 impl Default for Builder {
@@ -225,9 +254,12 @@ impl Default for Builder {
             fetch_timeout: Some(Builder::DEFAULT_FETCH_TIMEOUT),
             runtime: None,
             l2_url: None,
+            l2_tls_root: None,
             l2_timeout: Builder::DEFAULT_L2_TIMEOUT,
             l2_probe_every: Builder::DEFAULT_L2_PROBE_EVERY,
             max_value_bytes: Builder::DEFAULT_MAX_VALUE_BYTES,
+            tombstone_ttl: Builder::DEFAULT_TOMBSTONE_TTL,
+            coherence_ping_every: Builder::DEFAULT_COHERENCE_PING_EVERY,
         }
     }
 }
@@ -243,16 +275,72 @@ impl Builder {
     pub const DEFAULT_L2_PROBE_EVERY: Duration = Duration::from_secs(1);
     /// The largest L2 frame written, unless told otherwise: 1 MiB.
     pub const DEFAULT_MAX_VALUE_BYTES: usize = 1 << 20;
+    /// How long the L2 tombstone of an invalidation lives, unless told
+    /// otherwise.
+    pub const DEFAULT_TOMBSTONE_TTL: Duration = Duration::from_secs(60);
+
+    /// How often the coherence link checks that its connection is alive,
+    /// unless told otherwise; a PING unanswered for as long loses the link.
+    pub const DEFAULT_COHERENCE_PING_EVERY: Duration = Duration::from_secs(1);
+
+    /// How often the coherence link of `tracking` and `broadcast` tables
+    /// PINGs the server, and how long it waits for the PONG
+    /// ([`DEFAULT_COHERENCE_PING_EVERY`](Self::DEFAULT_COHERENCE_PING_EVERY)
+    /// unless set). A link that misses the deadline is lost: its tables'
+    /// L1 is flushed and bypassed until it is back. This bounds how long a
+    /// half-open connection can hide missed invalidations.
+    #[must_use]
+    pub fn coherence_ping_every(mut self, every: Duration) -> Builder {
+        self.coherence_ping_every = every;
+        self
+    }
+
+    /// How long the L2 tombstone of an invalidation of a versioned table
+    /// lives ([`DEFAULT_TOMBSTONE_TTL`](Self::DEFAULT_TOMBSTONE_TTL) unless
+    /// set). While it lives, no fill older than the invalidation can write
+    /// L2; a fill whose version is older than half of it does not write L2
+    /// at all. Set it well above your slowest loader.
+    #[must_use]
+    pub fn tombstone_ttl(mut self, ttl: Duration) -> Builder {
+        self.tombstone_ttl = ttl;
+        self
+    }
 
     /// Puts every table behind the Valkey/Redis server at `url`:
-    /// `redis://[user:password@]host:port[/db]` or `rediss://…` (TLS).
+    /// `redis://[[user]:password@]host[:port][/db]`, or `rediss://…` for
+    /// TLS (with the `tls` feature). See the [crate docs](crate#l2).
     ///
-    /// The connection is made on first use and remade by itself after a
-    /// failure; while the server does not answer, fetches go to the loader.
-    /// Without an L2 address the cache runs L1-only.
+    /// - `user:password` logs in as an ACL user (`AUTH user password`);
+    ///   `:password@` alone uses the `default` user (`requirepass`).
+    ///   Percent-encode reserved characters in either.
+    /// - `/db` selects a database (`SELECT db`, default 0) on every
+    ///   connection.
+    /// - `rediss://` verifies the server's certificate against the system's
+    ///   root certificates, or those given to
+    ///   [`l2_tls_root`](Self::l2_tls_root).
+    ///
+    /// [`build`](Self::build) only checks the URL: the connection is made on
+    /// first use and remade by itself after a failure. A server that is
+    /// down, refuses the credentials or the database, or fails the TLS
+    /// handshake is an outage like any other: fetches go to the loader, no
+    /// error reaches the caller, and [`Stats::l2_errors`] counts it (see the
+    /// [crate docs](crate#l2)). Without an L2 address the cache runs
+    /// L1-only.
     #[must_use]
     pub fn l2(mut self, url: impl Into<String>) -> Builder {
         self.l2_url = Some(url.into());
+        self
+    }
+
+    /// Trusts the root certificates in `pem` (one or more PEM
+    /// `CERTIFICATE` blocks), instead of the system's, to verify a
+    /// `rediss://` L2 server: for a server with a private CA. Needs the
+    /// `tls` feature; [`build`](Self::build) fails with [`Error::Config`] if
+    /// `pem` holds no certificate or the L2 address is not `rediss://`.
+    #[cfg(feature = "tls")]
+    #[must_use]
+    pub fn l2_tls_root(mut self, pem: impl Into<Vec<u8>>) -> Builder {
+        self.l2_tls_root = Some(pem.into());
         self
     }
 
@@ -340,12 +428,18 @@ impl Builder {
     /// # Errors
     ///
     /// [`Error::Conflict`] if two declarations share a table name or a kind,
-    /// [`Error::Config`] if the L2 address is not a valid URL.
+    /// [`Error::Config`] if the L2 address is not a valid URL (or is
+    /// `rediss://` without the `tls` feature, or its TLS roots are unusable).
+    /// Nothing is sent to the server here: bad credentials show up later as
+    /// L2 errors.
     pub fn build(self) -> Result<Cache, Error> {
         directory::check_unique()?;
         let l2 = self
             .l2_url
-            .map(|url| l2::Server::open(&url, self.l2_timeout, self.l2_probe_every))
+            .map(|url| {
+                let tls_root = self.l2_tls_root.as_deref();
+                l2::Server::open(&url, tls_root, self.l2_timeout, self.l2_probe_every)
+            })
             .transpose()?;
         let shared = Shared {
             clock: self.clock.clone(),
@@ -353,9 +447,10 @@ impl Builder {
             loaders: Mutex::new(self.loaders),
             l2: l2.map(Arc::new),
             max_value_bytes: self.max_value_bytes,
+            tombstone_ttl: self.tombstone_ttl,
             codecs: Mutex::new(self.codecs),
         };
-        let tables = DECLARATIONS
+        let tables: Box<[Slot]> = DECLARATIONS
             .iter()
             .map(|decl| {
                 let erased = (decl.open)(decl, &shared);
@@ -363,12 +458,26 @@ impl Builder {
                 Slot { typed, erased }
             })
             .collect();
+        let (stop_coherence, coherence_stopped) = watch::channel(());
+        if let Some(server) = &shared.l2 {
+            let lanes = Lanes {
+                tables: tables.iter().map(|slot| Arc::clone(&slot.erased)).collect(),
+                server: Arc::clone(server),
+                link: link::Settings {
+                    ping_every: self.coherence_ping_every,
+                    deadline: self.coherence_ping_every,
+                },
+                stop: coherence_stopped,
+            };
+            lanes.start(shared.runtime.as_ref())?;
+        }
         let (stop, stopped) = mpsc::channel();
         let inner = Arc::new(Inner {
             tables,
             clock: self.clock,
             fetch_timeout: self.fetch_timeout,
             _stop: stop,
+            _stop_coherence: stop_coherence,
         });
         spawn_maintenance(Arc::downgrade(&inner), stopped)?;
         Ok(Cache { inner })
@@ -402,4 +511,42 @@ fn spawn_maintenance(cache: Weak<Inner>, stopped: mpsc::Receiver<()>) -> Result<
         .spawn(run)
         .map(drop)
         .map_err(|e| Error::Config(format!("cannot start the maintenance thread: {e}")))
+}
+
+/// The coherence lanes of a cache with L2: the tasks that carry other
+/// nodes' invalidations to its tables.
+struct Lanes {
+    tables: Vec<Arc<dyn AnyTable>>,
+    server: Arc<l2::Server>,
+    link: link::Settings,
+    stop: watch::Receiver<()>,
+}
+
+impl Lanes {
+    /// Starts the lanes its tables need, on `runtime`.
+    fn start(self, runtime: Option<&Handle>) -> Result<(), Error> {
+        let linked: Vec<_> = self
+            .tables
+            .iter()
+            .filter(|t| {
+                matches!(
+                    t.spec().coherence(),
+                    Coherence::Tracking | Coherence::Broadcast
+                )
+            })
+            .cloned()
+            .collect();
+        if linked.is_empty() {
+            return Ok(());
+        }
+        let runtime = runtime.ok_or(Error::NoRuntime)?;
+        runtime.spawn(link::run(
+            self.server.client().clone(),
+            linked,
+            Arc::clone(self.server.link()),
+            self.link,
+            self.stop,
+        ));
+        Ok(())
+    }
 }

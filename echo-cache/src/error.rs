@@ -50,8 +50,18 @@ pub enum Error {
         table: &'static str,
     },
     /// A fetch outside a Tokio runtime on a cache built outside one: there is
-    /// nowhere to run the flight.
+    /// nowhere to run the flight. Or a cache with L2 and coherent tables
+    /// built outside a runtime without [`Builder::runtime`](crate::Builder::runtime):
+    /// there is nowhere to run its coherence lanes.
     NoRuntime,
+    /// A durable table could not record the invalidation of a write: other
+    /// nodes may not learn of it. Retry the write's invalidation.
+    NotDelivered {
+        /// The table written.
+        table: &'static str,
+        /// Why the invalidation was not recorded.
+        reason: Arc<str>,
+    },
     /// Two declarations in the program share a table name or a kind.
     Conflict {
         /// What they share, e.g. "table name `games`".
@@ -80,6 +90,9 @@ impl fmt::Display for Error {
                 write!(f, "{table}: a miss needs a loader and the table has none")
             }
             Error::NoRuntime => f.write_str("a fill needs a Tokio runtime and none is running"),
+            Error::NotDelivered { table, reason } => {
+                write!(f, "{table}: the invalidation was not recorded: {reason}")
+            }
             Error::Conflict {
                 what,
                 first,

@@ -112,9 +112,12 @@ impl<T> Rows<T> {
         self.sweep(now)
     }
 
-    /// Removes the row of `key`; whether there was one.
-    pub(crate) fn remove(&self, key: u64) -> bool {
-        let removed = self.map.remove_sync(&key);
+    /// Removes the row of `key` if it is older than `version` (any row
+    /// when `version` is `None`); whether it did.
+    pub(crate) fn remove_older(&self, key: u64, version: Option<u64>) -> bool {
+        let removed = self
+            .map
+            .remove_if_sync(&key, |row| version.is_none_or(|v| row.version < v));
         if removed {
             self.size.fetch_sub(1, Relaxed);
         }

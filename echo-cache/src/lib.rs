@@ -75,6 +75,7 @@
 
 mod cache;
 mod clock;
+mod coherence;
 mod directory;
 mod error;
 mod fetched;

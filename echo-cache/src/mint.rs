@@ -94,7 +94,7 @@ impl Minter {
     /// `id` was minted (or the minter's time, if it was running ahead).
     #[must_use]
     pub fn unix_ms_of(id: &RawId) -> u64 {
-        (id.payload() >> (NODE_BITS + SEQ_BITS)) + EPOCH_MS
+        unix_ms_of_payload(id.payload())
     }
 
     /// Mints an id of `T`'s kind.
@@ -138,12 +138,21 @@ impl Minter {
     }
 }
 
+/// When a payload was minted, in milliseconds since the Unix epoch.
+pub(crate) fn unix_ms_of_payload(payload: u64) -> u64 {
+    (payload >> (NODE_BITS + SEQ_BITS)) + EPOCH_MS
+}
+
 /// Milliseconds since [`EPOCH_MS`] by the wall clock (0 if it reads earlier).
 fn wall_ms() -> u64 {
-    let unix_ms = SystemTime::now()
+    unix_ms().saturating_sub(EPOCH_MS)
+}
+
+/// Milliseconds since the Unix epoch by the wall clock.
+pub(crate) fn unix_ms() -> u64 {
+    SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
-    unix_ms.saturating_sub(EPOCH_MS)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 #[cfg(test)]

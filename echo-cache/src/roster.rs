@@ -15,6 +15,9 @@ pub enum Health {
     /// The L2 server is not answering: fetches go on to the loader, L2
     /// writes are dropped, and one probe per interval checks for its return.
     L2Down,
+    /// The table's invalidation channel is down: L1 is flushed and reads
+    /// bypass it (served from L2 or the loader) until the channel is back.
+    Bypassing,
 }
 
 /// One running table, as [`Cache::tables`](crate::Cache::tables) lists it.

@@ -119,6 +119,8 @@ pub(crate) struct Counters {
     pub(crate) decode_errors: AtomicU64,
     pub(crate) oversized: AtomicU64,
     pub(crate) l2_writes_dropped: AtomicU64,
+    pub(crate) announcements_dropped: AtomicU64,
+    pub(crate) malformed_messages: AtomicU64,
 }
 
 impl Counters {
@@ -146,6 +148,8 @@ impl Counters {
             decode_errors: self.decode_errors.load(Relaxed),
             oversized: self.oversized.load(Relaxed),
             l2_writes_dropped: self.l2_writes_dropped.load(Relaxed),
+            announcements_dropped: self.announcements_dropped.load(Relaxed),
+            malformed_messages: self.malformed_messages.load(Relaxed),
         }
     }
 }
@@ -189,7 +193,8 @@ pub struct Stats {
     pub load_errors: u64,
     /// Flights whose loader found nothing.
     pub not_found: u64,
-    /// Invalidations applied.
+    /// Invalidations applied: by this node's writes, and from other nodes
+    /// (repeats and late messages are not counted).
     pub invalidations: u64,
     /// Values written with `put`.
     pub puts: u64,
@@ -204,6 +209,11 @@ pub struct Stats {
     pub oversized: u64,
     /// L2 writes and deletes dropped because the server did not take them.
     pub l2_writes_dropped: u64,
+    /// Broadcast announcements of writes that did not reach the server
+    /// (at most once: other nodes may keep the old row until its TTL).
+    pub announcements_dropped: u64,
+    /// Invalidation messages that were not well-formed; dropped.
+    pub malformed_messages: u64,
 }
 
 #[cfg(test)]

@@ -13,6 +13,7 @@
 use std::any::{Any, TypeId};
 use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -22,13 +23,14 @@ use tokio::runtime::Handle;
 use tokio::sync::watch;
 
 use crate::clock::Clock;
+use crate::coherence::Applied;
 use crate::directory::Declaration;
 use crate::error::{BoxError, Error};
 use crate::fetched::{Fetched, Source};
 use crate::flight::{Flights, Joined};
 use crate::id::{Id, RawId};
 use crate::l1::{self, Kept, Row, Rows};
-use crate::l2::{self, Codec, Postcard, Tier};
+use crate::l2::{self, Codec, Found, Postcard, Tier, Write};
 use crate::mint::Minter;
 use crate::roster::{Health, TableInfo};
 use crate::spec::{Cached, Coherence, TableSpec};
@@ -50,6 +52,7 @@ pub(crate) struct Shared {
     /// The L2 server, if the cache has one.
     pub(crate) l2: Option<Arc<l2::Server>>,
     pub(crate) max_value_bytes: usize,
+    pub(crate) tombstone_ttl: Duration,
     /// Codecs other than the default, by `TypeId`, each an `Arc<dyn Codec<T>>`.
     pub(crate) codecs: Mutex<HashMap<TypeId, Box<dyn Any + Send>>>,
 }
@@ -68,8 +71,19 @@ impl Shared {
 
 /// The operations of a table that do not depend on its type.
 pub(crate) trait AnyTable: Send + Sync {
+    fn spec(&self) -> &'static TableSpec;
     fn info(&self) -> TableInfo;
     fn sweep(&self);
+    /// Drops every row; no flight under way will install.
+    fn flush(&self);
+    /// Applies an invalidation of `key` (at `version`, if it has one).
+    fn apply(&self, key: u64, version: Option<u64>);
+    /// The invalidation channel is lost: flush and bypass L1.
+    fn distrust(&self);
+    /// The invalidation channel is up: use L1 again.
+    fn trust(&self);
+    /// Counts a malformed invalidation message, which was dropped.
+    fn malformed(&self);
     fn into_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync>;
 }
 
@@ -84,8 +98,11 @@ pub(crate) fn open<T: Cached>(decl: &'static Declaration, shared: &Shared) -> Ar
             codec,
             &decl.spec,
             shared.max_value_bytes,
+            shared.tombstone_ttl,
         )
     });
+    // A coherent table trusts L1 only once its invalidation channel is up.
+    let coherent = tier.is_some() && decl.spec.coherence != Coherence::None;
     Arc::new(Table::<T> {
         spec: &decl.spec,
         rows: Rows::new(&decl.spec),
@@ -96,6 +113,8 @@ pub(crate) fn open<T: Cached>(decl: &'static Declaration, shared: &Shared) -> Ar
         loader,
         tier,
         runtime: shared.runtime.clone(),
+        trusted: AtomicBool::new(!coherent),
+        applied: Applied::new(),
     })
 }
 
@@ -109,6 +128,12 @@ pub(crate) struct Table<T> {
     loader: Option<Loader<T>>,
     tier: Option<Tier<T>>,
     runtime: Option<Handle>,
+    /// Whether L1 may keep rows. False while the invalidation channel of a
+    /// coherent table is down: L1 is then empty (flushed when the channel
+    /// was lost) and nothing is installed, so reads bypass it.
+    trusted: AtomicBool,
+    /// Newest invalidation applied per id (versioned modes).
+    applied: Applied,
 }
 
 impl<T: Cached> Table<T> {
@@ -156,13 +181,14 @@ impl<T: Cached> Table<T> {
                 answer
             }
         };
-        self.wait(answer, timeout).await
+        self.wait(answer, timeout, &runtime).await
     }
 
     async fn wait(
         &self,
         mut answer: watch::Receiver<Answer<T>>,
         timeout: Option<Duration>,
+        runtime: &Handle,
     ) -> Result<Fetched<T>, Error> {
         let landed = async {
             match answer.wait_for(Option::is_some).await {
@@ -174,12 +200,16 @@ impl<T: Cached> Table<T> {
         match timeout {
             None => landed.await,
             Some(after) => {
-                tokio::time::timeout(after, landed)
-                    .await
-                    .unwrap_or(Err(Error::Timeout {
-                        table: self.spec.name,
-                        after,
-                    }))
+                // The timer is the runtime's: a fetch from outside any
+                // runtime (see `Builder::runtime`) has none of its own.
+                let timed = {
+                    let _entered = runtime.enter();
+                    tokio::time::timeout(after, landed)
+                };
+                timed.await.unwrap_or(Err(Error::Timeout {
+                    table: self.spec.name,
+                    after,
+                }))
             }
         }
     }
@@ -194,9 +224,16 @@ impl<T: Cached> Table<T> {
                 None => Err(self.not_found(key)),
             };
         }
+        let mut over_bad = false;
         if let Some(tier) = &self.tier {
-            if let Some((version, value)) = tier.read(key, &self.counters).await {
-                return Ok(Fetched::new(Arc::new(value), Source::L2, version));
+            match tier.read(key, &self.counters).await {
+                // A frame older than an applied invalidation is stale (its
+                // conditional drop did not reach L2): load instead.
+                Found::Value(version, value) if !self.applied.overtakes(key, version.payload()) => {
+                    return Ok(Fetched::new(Arc::new(value), Source::L2, version));
+                }
+                Found::Bad => over_bad = true,
+                _ => {}
             }
         }
         let loader = self.loader.as_ref().ok_or(Error::NoLoader {
@@ -211,8 +248,16 @@ impl<T: Cached> Table<T> {
         match loader(Id::from_payload(key)).await {
             Ok(Some(value)) => {
                 if let Some(tier) = &self.tier {
-                    tier.write(key, &version, &value, self.l2_ttl_ms(), &self.counters)
-                        .await;
+                    let write = Write::Fill { over_bad };
+                    tier.write(
+                        key,
+                        &version,
+                        &value,
+                        self.l2_ttl_ms(),
+                        write,
+                        &self.counters,
+                    )
+                    .await;
                 }
                 Ok(Fetched::new(Arc::new(value), Source::Fill, version))
             }
@@ -245,7 +290,7 @@ impl<T: Cached> Table<T> {
         }
         let waiters = self.flights.land(key, token, || {
             if let Some(row) = row {
-                self.count_kept(self.rows.insert(key, row));
+                self.install(key, row);
             }
         });
         match &outcome {
@@ -264,37 +309,123 @@ impl<T: Cached> Table<T> {
         }
     }
 
-    /// Writes `value` under a fresh version, to L2 then L1; a flight of
-    /// `key` under way will not install its (older) value in L1.
-    pub(crate) async fn put(&self, key: u64, value: T) -> RawId {
-        let version = Minter::global().mint_raw(T::KIND);
-        if let Some(tier) = &self.tier {
-            tier.write(key, &version, &value, self.l2_ttl_ms(), &self.counters)
-                .await;
+    /// Installs `row` unless L1 is not trusted or an invalidation newer than
+    /// the row was applied. Call with the key's flight lock held.
+    fn install(&self, key: u64, row: Row<T>) {
+        if self.trusted.load(Relaxed) && !self.applied.overtakes(key, row.version) {
+            self.count_kept(self.rows.insert(key, row));
         }
-        let value = Arc::new(value);
+    }
+
+    fn versioned(&self) -> bool {
+        self.spec.coherence != Coherence::None
+    }
+
+    /// Writes `value` under a fresh version: L2 (if no newer version is
+    /// there), then this node's L1, then the announcement to other nodes.
+    /// A flight of `key` under way will not install its (older) value.
+    pub(crate) async fn put(&self, key: u64, value: T) -> Result<RawId, Error> {
+        let version = Minter::global().mint_raw(T::KIND);
+        if self.versioned() {
+            // Our own announcement, when it comes back, is then a repeat.
+            self.applied.advance(key, version.payload());
+        }
+        if let Some(tier) = &self.tier {
+            tier.write(
+                key,
+                &version,
+                &value,
+                self.l2_ttl_ms(),
+                Write::Put,
+                &self.counters,
+            )
+            .await;
+        }
         let now = self.clock.now_ms();
         let row = Row {
-            value: Some(value),
+            value: Some(Arc::new(value)),
             version: version.payload(),
             expires_at: l1::expiry(now, self.spec.ttl_ms, self.spec.jitter),
         };
         self.rows.make_room(now);
-        let kept = self.flights.overtake(key, || self.rows.insert(key, row));
-        self.count_kept(kept);
+        self.flights.overtake(key, || {
+            self.rows.remove_older(key, None);
+            self.install(key, row);
+        });
         Counters::bump(&self.counters.puts);
-        version
+        self.announce(key, &version).await?;
+        Ok(version)
     }
 
-    /// Drops `key` from L2 then L1; a flight of `key` under way will not
-    /// install. (L2 first: a flight that starts in between reads L2 after the
-    /// delete, and one that read L2 before it is overtaken.)
-    pub(crate) async fn invalidate(&self, key: u64) {
-        if let Some(tier) = &self.tier {
-            tier.delete(key, &self.counters).await;
+    /// Invalidates `key` at `version`: this node's L1 first (a flight under
+    /// way will not install), then L2, then the announcement to other nodes.
+    pub(crate) async fn invalidate(&self, key: u64, version: &RawId) -> Result<(), Error> {
+        if self.versioned() {
+            self.applied.advance(key, version.payload());
+            self.flights
+                .overtake(key, || self.rows.remove_older(key, Some(version.payload())));
+            if let Some(tier) = &self.tier {
+                tier.drop(key, version, &self.counters).await;
+            }
+        } else {
+            // Unversioned: L2 first, so a flight that starts in between reads
+            // L2 after the delete, and one that read it before is overtaken.
+            if let Some(tier) = &self.tier {
+                tier.drop(key, version, &self.counters).await;
+            }
+            self.flights
+                .overtake(key, || self.rows.remove_older(key, None));
         }
-        self.flights.overtake(key, || self.rows.remove(key));
         Counters::bump(&self.counters.invalidations);
+        self.announce(key, version).await
+    }
+
+    /// Tells the other nodes (broadcast, durable); tracking needs nothing:
+    /// the server tells them.
+    async fn announce(&self, key: u64, version: &RawId) -> Result<(), Error> {
+        let Some(tier) = &self.tier else {
+            return Ok(());
+        };
+        match (self.spec.coherence, tier.announce(key, version).await) {
+            (_, Ok(())) => Ok(()),
+            (Coherence::Durable, Err(failure)) => Err(Error::NotDelivered {
+                table: self.spec.name,
+                reason: Arc::from(failure.to_string()),
+            }),
+            (_, Err(_)) => {
+                Counters::bump(&self.counters.announcements_dropped);
+                Ok(())
+            }
+        }
+    }
+
+    /// Applies an invalidation from another node (or the server): drops the
+    /// row of `key` if it is older than `version` (any row, without a
+    /// version), and keeps a flight under way from installing. A repeat or a
+    /// late message is a no-op.
+    pub(crate) fn apply(&self, key: u64, version: Option<u64>) {
+        if let Some(version) = version
+            && !self.applied.advance(key, version)
+        {
+            return;
+        }
+        self.flights
+            .overtake(key, || self.rows.remove_older(key, version));
+        Counters::bump(&self.counters.invalidations);
+    }
+
+    /// The invalidation channel is lost: invalidations may be missed from
+    /// now on, so drop every row and keep none until it is back.
+    pub(crate) fn distrust(&self) {
+        self.trusted.store(false, Relaxed);
+        self.flights.overtake_all(|| self.rows.clear());
+    }
+
+    /// The invalidation channel is (back) up: flights that read during the
+    /// gap are overtaken, and L1 keeps rows again.
+    pub(crate) fn trust(&self) {
+        self.flights
+            .overtake_all(|| self.trusted.store(true, Relaxed));
     }
 
     /// Drops every row; no flight under way will install.
@@ -334,12 +465,38 @@ impl<T: Cached> Table<T> {
 }
 
 impl<T: Cached> AnyTable for Table<T> {
+    fn spec(&self) -> &'static TableSpec {
+        self.spec
+    }
+
+    fn flush(&self) {
+        Table::flush(self);
+    }
+
+    fn apply(&self, key: u64, version: Option<u64>) {
+        Table::apply(self, key, version);
+    }
+
+    fn distrust(&self) {
+        Table::distrust(self);
+    }
+
+    fn trust(&self) {
+        Table::trust(self);
+    }
+
+    fn malformed(&self) {
+        Counters::bump(&self.counters.malformed_messages);
+    }
+
     fn info(&self) -> TableInfo {
         TableInfo {
             spec: self.spec,
             stats: self.stats(),
             health: if self.tier.as_ref().is_some_and(|t| t.server().is_down()) {
                 Health::L2Down
+            } else if !self.trusted.load(Relaxed) {
+                Health::Bypassing
             } else if self.rows.is_full() {
                 Health::Full
             } else {
@@ -355,6 +512,7 @@ impl<T: Cached> AnyTable for Table<T> {
             .swept
             .fetch_add(swept as u64, std::sync::atomic::Ordering::Relaxed);
         Counters::bump(&self.counters.sweeps);
+        self.applied.prune(crate::mint::unix_ms());
     }
 
     fn into_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync> {

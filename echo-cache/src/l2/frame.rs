@@ -1,5 +1,9 @@
 //! The L2 frame: `version (14 bytes) ++ schema (8 bytes) ++ body`.
 //!
+//! A tombstone, left by an invalidation of a versioned table, is the bare
+//! version: 14 bytes. It reads as a miss, and keeps older fills out (see
+//! [`script`](super::script)).
+//!
 //! The version is the value's id-shaped version, in its 14 ASCII bytes, so
 //! server-side scripts can compare versions with plain byte comparison. The
 //! schema stamp (big-endian) is the declared struct's fingerprint folded
@@ -49,20 +53,32 @@ pub(crate) fn encode(version: &RawId, schema: u64, body: &[u8]) -> Vec<u8> {
     frame
 }
 
-/// The version and body of `frame`, if it is a frame of this table.
-pub(crate) fn decode(frame: &[u8], kind: Kind, schema: u64) -> Result<(RawId, &[u8]), FrameError> {
-    if frame.len() < HEADER {
+/// What an L2 value holds.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Frame<'a> {
+    /// A value of this table and its version.
+    Value(RawId, &'a [u8]),
+    /// The tombstone of an invalidation at this version.
+    Tombstone(RawId),
+}
+
+/// Reads `frame`, if it is a frame (or a tombstone) of this table.
+pub(crate) fn decode(frame: &[u8], kind: Kind, schema: u64) -> Result<Frame<'_>, FrameError> {
+    if frame.len() < ID_LEN || (frame.len() > ID_LEN && frame.len() < HEADER) {
         return Err(FrameError::Short(frame.len()));
     }
     let version = RawId::parse(&frame[..ID_LEN]).map_err(|_| FrameError::Version)?;
     if version.kind() != kind {
         return Err(FrameError::Version);
     }
+    if frame.len() == ID_LEN {
+        return Ok(Frame::Tombstone(version));
+    }
     let stamp = u64::from_be_bytes(frame[ID_LEN..HEADER].try_into().expect("8 bytes"));
     if stamp != schema {
         return Err(FrameError::Schema);
     }
-    Ok((version, &frame[HEADER..]))
+    Ok(Frame::Value(version, &frame[HEADER..]))
 }
 
 #[cfg(test)]
@@ -74,8 +90,14 @@ mod tests {
         let kind = Kind::new("GAM");
         let version = RawId::new(kind, 42);
         let frame = encode(&version, 7, b"body");
-        let (read, body) = decode(&frame, kind, 7).unwrap();
-        assert_eq!((read, body), (version, &b"body"[..]));
+        assert_eq!(
+            decode(&frame, kind, 7).unwrap(),
+            Frame::Value(version, b"body")
+        );
+        assert_eq!(
+            decode(&version.to_bytes(), kind, 7).unwrap(),
+            Frame::Tombstone(version)
+        );
         assert!(matches!(
             decode(&frame[..HEADER - 1], kind, 7),
             Err(FrameError::Short(_))

@@ -43,6 +43,18 @@ pub fn key(table: &TableSpec, id: &RawId) -> String {
     format!("{}{id}", prefix(table))
 }
 
+/// The pub/sub channel of a `broadcast` table: `ecc:{<table>}:coh`.
+#[must_use]
+pub fn channel(table: &TableSpec) -> String {
+    format!("{}coh", prefix(table))
+}
+
+/// The stream of a `durable` table: `ecc:{<table>}:log`, in the table's slot.
+#[must_use]
+pub fn stream(table: &TableSpec) -> String {
+    format!("{}log", prefix(table))
+}
+
 /// The cluster slot of `key`: CRC16 (XMODEM) of its hashtag (or of the
 /// whole key when it has none), modulo 16384, as `CLUSTER KEYSLOT` computes.
 ///
@@ -60,12 +72,11 @@ pub fn slot(key: &[u8]) -> u16 {
 /// The part of `key` that is hashed: between the first `{` and the first
 /// `}` after it, if that is not empty; else the whole key.
 fn hashtag(key: &[u8]) -> &[u8] {
-    if let Some(open) = key.iter().position(|&b| b == b'{') {
-        if let Some(len) = key[open + 1..].iter().position(|&b| b == b'}') {
-            if len > 0 {
-                return &key[open + 1..open + 1 + len];
-            }
-        }
+    if let Some(open) = key.iter().position(|&b| b == b'{')
+        && let Some(len) = key[open + 1..].iter().position(|&b| b == b'}')
+        && len > 0
+    {
+        return &key[open + 1..open + 1 + len];
     }
     key
 }

@@ -15,20 +15,28 @@ mod breaker;
 mod codec;
 mod frame;
 pub mod keyspace;
+mod script;
 mod tier;
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{Cmd, FromRedisValue, RedisError};
+use std::sync::Arc;
+
+use redis::RedisFuture;
+use redis::aio::{
+    ConnectionLike, ConnectionManager, ConnectionManagerConfig, MultiplexedConnection,
+};
+
+use crate::coherence::link;
+use redis::{Cmd, FromRedisValue, RedisError, Script};
 use tokio::sync::OnceCell;
 
 use crate::error::Error;
 use breaker::Breaker;
 
 pub use codec::{Codec, Postcard};
-pub(crate) use tier::Tier;
+pub(crate) use tier::{Found, Tier, Write};
 
 /// Why an L2 operation did not happen.
 #[derive(Debug)]
@@ -57,25 +65,41 @@ impl std::fmt::Display for Failure {
 pub(crate) struct Server {
     client: redis::Client,
     connection: OnceCell<ConnectionManager>,
+    /// The coherence link's connection, for the tracking tables.
+    link: Arc<link::Current>,
     timeout: Duration,
     breaker: Breaker,
 }
 
 impl Server {
-    /// Checks the URL; connects on first use, inside a runtime.
+    /// Checks the URL (and the TLS roots, PEM, if given); connects on first
+    /// use, inside a runtime. Credentials are checked by the server then,
+    /// not here.
     pub(crate) fn open(
         url: &str,
+        tls_root: Option<&[u8]>,
         timeout: Duration,
         probe_every: Duration,
     ) -> Result<Server, Error> {
-        let client = redis::Client::open(url)
-            .map_err(|e| Error::Config(format!("L2 address {url:?}: {e}")))?;
+        let client = client(url, tls_root)
+            .map_err(|e| Error::Config(format!("L2 address {}: {e}", redacted(url))))?;
         Ok(Server {
             client,
             connection: OnceCell::new(),
+            link: Arc::default(),
             timeout,
             breaker: Breaker::new(probe_every),
         })
+    }
+
+    /// The client, for the connections of the coherence lanes.
+    pub(crate) fn client(&self) -> &redis::Client {
+        &self.client
+    }
+
+    /// The slot the coherence link publishes its connection in.
+    pub(crate) fn link(&self) -> &Arc<link::Current> {
+        &self.link
     }
 
     /// Whether the breaker is refusing operations now.
@@ -84,13 +108,55 @@ impl Server {
     }
 
     /// Runs `cmd`, within the timeout, unless the breaker refuses.
-    pub(crate) async fn run<R: FromRedisValue>(&self, cmd: &Cmd) -> Result<R, Failure> {
+    pub(crate) async fn query<R: FromRedisValue>(
+        &self,
+        lane: Lane,
+        cmd: Cmd,
+    ) -> Result<R, Failure> {
+        self.run(lane, async move |mut connection| {
+            cmd.query_async(&mut connection).await
+        })
+        .await
+    }
+
+    /// Runs `script` on `keys` and `args` (EVALSHA, loading the script again
+    /// if the server's script cache was flushed), like [`query`](Self::query).
+    pub(crate) async fn eval<R: FromRedisValue>(
+        &self,
+        lane: Lane,
+        script: &Script,
+        keys: &[&[u8]],
+        args: &[&[u8]],
+    ) -> Result<R, Failure> {
+        self.run(lane, async move |mut connection| {
+            let mut invocation = script.prepare_invoke();
+            for key in keys {
+                invocation.key(*key);
+            }
+            for arg in args {
+                invocation.arg(*arg);
+            }
+            invocation.invoke_async(&mut connection).await
+        })
+        .await
+    }
+
+    /// Runs `op` on the connection, within the timeout, unless the breaker
+    /// refuses; feeds the breaker with the outcome.
+    async fn run<R>(
+        &self,
+        lane: Lane,
+        op: impl AsyncFnOnce(Connection) -> Result<R, RedisError>,
+    ) -> Result<R, Failure> {
         if !self.breaker.allow() {
             return Err(Failure::Refused);
         }
         let attempt = async {
-            let mut connection = self.connection().await?;
-            cmd.query_async::<R>(&mut connection).await
+            let connection = match lane.linked().then(|| self.link.get()).flatten() {
+                Some(linked) => Connection::Linked(linked),
+                None => Connection::Managed(self.connection().await?),
+            };
+            op(connection).await
         };
         match tokio::time::timeout(self.timeout, attempt).await {
             Ok(Ok(reply)) => {
@@ -125,6 +191,124 @@ impl Server {
             })
             .await
             .cloned()
+    }
+}
+
+/// The client of `url`. A `rediss://` one trusts `tls_root` (PEM) if given,
+/// else the system's root certificates.
+fn client(url: &str, tls_root: Option<&[u8]>) -> Result<redis::Client, String> {
+    #[cfg(feature = "tls")]
+    let client = match tls_root {
+        Some(pem) => {
+            use rustls::pki_types::{CertificateDer, pem::PemObject};
+            if CertificateDer::pem_slice_iter(pem).next().is_none() {
+                return Err("the TLS roots hold no PEM certificate".to_owned());
+            }
+            let roots = redis::TlsCertificates {
+                client_tls: None,
+                root_cert: Some(pem.to_vec()),
+            };
+            redis::Client::build_with_tls(url, roots)
+        }
+        None => redis::Client::open(url),
+    };
+    #[cfg(not(feature = "tls"))]
+    let client = {
+        debug_assert!(tls_root.is_none(), "TLS roots need the tls feature");
+        redis::Client::open(url)
+    };
+    let client = client.map_err(|e| {
+        let tls = url.split_once("://").is_some_and(|(scheme, _)| {
+            scheme.eq_ignore_ascii_case("rediss") || scheme.eq_ignore_ascii_case("valkeys")
+        });
+        if tls && cfg!(not(feature = "tls")) {
+            format!("{e} (a rediss:// address needs echo-cache's `tls` feature)")
+        } else {
+            e.to_string()
+        }
+    })?;
+    if let redis::ConnectionAddr::TcpTls { insecure, .. } = client.get_connection_info().addr() {
+        if *insecure {
+            return Err("#insecure (no certificate check) is not supported; \
+                        give the server's CA with Builder::l2_tls_root"
+                .to_owned());
+        }
+        #[cfg(feature = "tls")]
+        if rustls::crypto::CryptoProvider::get_default().is_none() {
+            // The program chose no rustls crypto provider: ring, which the
+            // `tls` feature builds. Losing a race to another installer is as
+            // good.
+            let _ = rustls::crypto::ring::default_provider().install_default();
+        }
+    }
+    Ok(client)
+}
+
+/// `url` with its credentials, if any, masked: `redis://user:***@host`.
+fn redacted(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    match rest.rsplit_once('@') {
+        Some((userinfo, host)) => match userinfo.split_once(':') {
+            Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
+            None => format!("{scheme}://***@{host}"),
+        },
+        None => url.to_owned(),
+    }
+}
+
+/// Which connection an operation takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Lane {
+    /// The shared, self-reconnecting connection.
+    Managed,
+    /// The coherence link's connection while it is up (else the shared
+    /// one): a tracking table's writes must not come back to its own node.
+    Linked,
+}
+
+impl Lane {
+    fn linked(self) -> bool {
+        self == Lane::Linked
+    }
+}
+
+/// The connection an operation runs on.
+pub(crate) enum Connection {
+    Managed(ConnectionManager),
+    Linked(MultiplexedConnection),
+}
+
+impl ConnectionLike for Connection {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, redis::Value> {
+        match self {
+            Connection::Managed(connection) => connection.req_packed_command(cmd),
+            Connection::Linked(connection) => connection.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<redis::Value>> {
+        match self {
+            Connection::Managed(connection) => {
+                connection.req_packed_commands(pipeline, offset, count)
+            }
+            Connection::Linked(connection) => {
+                connection.req_packed_commands(pipeline, offset, count)
+            }
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Connection::Managed(connection) => connection.get_db(),
+            Connection::Linked(connection) => connection.get_db(),
+        }
     }
 }
 

@@ -1,14 +1,36 @@
 //! One table's view of L2: its keys, its frames, its codec.
+//!
+//! Tables with coherence `none` hold immutable entities: their frames are
+//! written with a plain `SET … PX` and dropped with `DEL`. Every other table
+//! writes through [`WRITE_IF_NEWER`]: fills and puts never overwrite a newer
+//! frame, and invalidations leave a tombstone carrying their version, so a
+//! slow fill that read the system of record before a write cannot land in
+//! L2 after that write's invalidation. A tombstone lives for the tombstone
+//! TTL; a fill whose version is older than half of it does not write L2 at
+//! all, so it cannot outlive the tombstone that would have stopped it.
+//!
+//! A `tracking` table's fills are written with `SET … NX` instead (see
+//! [`How::Vacant`]); its puts and invalidations go through the script, and
+//! the server may echo those back to the writing node, which then drops its
+//! own fresh row: a wasted L1 row, never a stale one.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use redis::Cmd;
 
-use super::frame::{self, HEADER};
-use super::{Codec, Failure, Server, Warning, keyspace};
+use super::frame::{self, Frame, HEADER};
+use super::script::WRITE_IF_NEWER;
+use super::{Codec, Failure, Lane, Server, Warning, keyspace};
+use crate::coherence::message;
 use crate::id::RawId;
-use crate::spec::{Cached, TableSpec};
+use crate::mint::Minter;
+use crate::spec::{Cached, Coherence, TableSpec};
 use crate::stats::Counters;
+
+/// Messages kept in a durable table's stream (approximately: `MAXLEN ~`).
+/// A node that falls further behind than this flushes its L1 of the table.
+pub(crate) const STREAM_MAXLEN: u64 = 100_000;
 
 pub(crate) struct Tier<T> {
     server: Arc<Server>,
@@ -17,8 +39,42 @@ pub(crate) struct Tier<T> {
     prefix: String,
     schema: u64,
     max_value_bytes: usize,
+    tombstone_ttl: Duration,
     read_warning: Warning,
     write_warning: Warning,
+}
+
+/// Which write a frame is: a fill (which read `Found::Bad` in L2 or not),
+/// or a put.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Write {
+    Fill { over_bad: bool },
+    Put,
+}
+
+/// How a frame is written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum How {
+    /// `SET … PX`: immutable entities.
+    Plain,
+    /// `SET … PX NX`: a tracking table's fill. The server does not echo a
+    /// plain command back to the connection that sent it (`NOLOOP`), but it
+    /// does echo a script's writes (Redis 7.0), and a node's own fills must
+    /// not evict its own rows; NX never overwrites a frame or a tombstone,
+    /// newer or not, so it is as safe as the script for a fill.
+    Vacant,
+    /// Through [`WRITE_IF_NEWER`].
+    Versioned,
+}
+
+/// What L2 holds for a key.
+pub(crate) enum Found<T> {
+    /// Nothing usable: no key, a tombstone, or L2 is down.
+    Nothing,
+    /// A frame that is not a value of this table (counted and logged).
+    Bad,
+    /// A value and its version.
+    Value(RawId, T),
 }
 
 impl<T: Cached> Tier<T> {
@@ -27,6 +83,7 @@ impl<T: Cached> Tier<T> {
         codec: Arc<dyn Codec<T>>,
         spec: &'static TableSpec,
         max_value_bytes: usize,
+        tombstone_ttl: Duration,
     ) -> Tier<T> {
         Tier {
             schema: frame::schema(spec.fingerprint(), codec.name()),
@@ -35,6 +92,7 @@ impl<T: Cached> Tier<T> {
             codec,
             spec,
             max_value_bytes,
+            tombstone_ttl,
             read_warning: Warning::new(),
             write_warning: Warning::new(),
         }
@@ -44,6 +102,20 @@ impl<T: Cached> Tier<T> {
         &self.server
     }
 
+    /// Tracking tables go through the coherence link, so that the server does
+    /// not push their own writes back to them (`NOLOOP`).
+    fn lane(&self) -> Lane {
+        if self.spec.coherence() == Coherence::Tracking {
+            Lane::Linked
+        } else {
+            Lane::Managed
+        }
+    }
+
+    fn versioned(&self) -> bool {
+        self.spec.coherence() != Coherence::None
+    }
+
     fn key(&self, key: u64) -> Vec<u8> {
         let mut out = Vec::with_capacity(self.prefix.len() + crate::ID_LEN);
         out.extend_from_slice(self.prefix.as_bytes());
@@ -51,34 +123,33 @@ impl<T: Cached> Tier<T> {
         out
     }
 
-    /// The value of `key` in L2 and its version, if L2 has a valid frame.
-    /// Failures and bad frames are counted and answered as misses.
-    pub(crate) async fn read(&self, key: u64, counters: &Counters) -> Option<(RawId, T)> {
-        let frame: Option<Vec<u8>> = match self
-            .server
-            .run(Cmd::new().arg("GET").arg(self.key(key)))
-            .await
-        {
+    /// What L2 holds for `key`. Failures and bad frames are counted and
+    /// answered as [`Found::Nothing`]: the flight goes on to the loader.
+    pub(crate) async fn read(&self, key: u64, counters: &Counters) -> Found<T> {
+        let get = Cmd::new().arg("GET").arg(self.key(key)).clone();
+        let frame: Option<Vec<u8>> = match self.server.query(self.lane(), get).await {
             Ok(frame) => frame,
             Err(failure) => {
                 Counters::bump(&counters.l2_errors);
                 self.read_warning
                     .emit(|n| self.warn_failure("read", &failure, n));
-                return None;
+                return Found::Nothing;
             }
         };
-        let frame = frame?;
-        let decoded = frame::decode(&frame, T::KIND, self.schema)
-            .map_err(|e| e.to_string())
-            .and_then(|(version, body)| {
-                let value = self
-                    .codec
-                    .decode(body)
-                    .map_err(|e| format!("undecodable body: {e}"))?;
-                Ok((version, value))
-            });
+        let Some(frame) = frame else {
+            return Found::Nothing;
+        };
+        let decoded = match frame::decode(&frame, T::KIND, self.schema) {
+            Ok(Frame::Tombstone(_)) => return Found::Nothing,
+            Ok(Frame::Value(version, body)) => self
+                .codec
+                .decode(body)
+                .map(|value| (version, value))
+                .map_err(|e| format!("undecodable body: {e}")),
+            Err(error) => Err(error.to_string()),
+        };
         match decoded {
-            Ok(found) => Some(found),
+            Ok((version, value)) => Found::Value(version, value),
             Err(reason) => {
                 Counters::bump(&counters.decode_errors);
                 self.read_warning.emit(|n| {
@@ -89,21 +160,27 @@ impl<T: Cached> Tier<T> {
                         "refilling over a bad L2 frame: {reason}"
                     );
                 });
-                None
+                Found::Bad
             }
         }
     }
 
-    /// Writes `value` under `version` for `ttl_ms`, unless it is larger than
-    /// `max_value_bytes` (then it is only kept in L1; counted as oversized).
+    /// Writes `value` under `version` for `ttl_ms` (if no newer version is
+    /// there, for versioned tables), unless it is larger than
+    /// `max_value_bytes`: then it is only kept in L1 (counted as oversized).
     pub(crate) async fn write(
         &self,
         key: u64,
         version: &RawId,
         value: &T,
         ttl_ms: u64,
+        write: Write,
         counters: &Counters,
     ) {
+        if self.versioned() && self.too_old(version) {
+            Counters::bump(&counters.l2_writes_dropped);
+            return;
+        }
         let body = match self.codec.encode(value) {
             Ok(body) => body,
             Err(error) => {
@@ -123,31 +200,101 @@ impl<T: Cached> Tier<T> {
             return;
         }
         let frame = frame::encode(version, self.schema, &body);
-        let set = Cmd::new()
-            .arg("SET")
-            .arg(self.key(key))
-            .arg(frame)
-            .arg("PX")
-            .arg(ttl_ms.max(1))
-            .clone();
-        if let Err(failure) = self.server.run::<()>(&set).await {
-            Counters::bump(&counters.l2_writes_dropped);
-            self.write_warning
-                .emit(|n| self.warn_failure("write", &failure, n));
+        let how = match (self.spec.coherence(), write) {
+            (Coherence::None, _) => How::Plain,
+            (Coherence::Tracking, Write::Fill { over_bad: false }) => How::Vacant,
+            _ => How::Versioned,
+        };
+        self.put_frame(key, &frame, ttl_ms.max(1), how, counters)
+            .await;
+    }
+
+    /// Drops `key`: for versioned tables, leaves a tombstone of `version`
+    /// unless a newer value is there; else deletes it.
+    pub(crate) async fn drop(&self, key: u64, version: &RawId, counters: &Counters) {
+        if self.versioned() {
+            let ttl_ms = u64::try_from(self.tombstone_ttl.as_millis()).unwrap_or(u64::MAX);
+            let tombstone = version.to_bytes();
+            self.put_frame(key, &tombstone, ttl_ms.max(1), How::Versioned, counters)
+                .await;
+        } else {
+            let del = Cmd::new().arg("DEL").arg(self.key(key)).clone();
+            if let Err(failure) = self.server.query::<()>(self.lane(), del).await {
+                self.dropped_write(&failure, counters);
+            }
         }
     }
 
-    /// Deletes the frame of `key`.
-    pub(crate) async fn delete(&self, key: u64, counters: &Counters) {
-        if let Err(failure) = self
-            .server
-            .run::<()>(Cmd::new().arg("DEL").arg(self.key(key)))
+    /// Tells the other nodes that `key` changed at `version`: a message on
+    /// the table's channel (`broadcast`) or in its stream (`durable`).
+    pub(crate) async fn announce(&self, key: u64, version: &RawId) -> Result<(), Failure> {
+        let message = message::encode(&RawId::new(T::KIND, key), version);
+        let command = match self.spec.coherence() {
+            Coherence::Broadcast => Cmd::new()
+                .arg("PUBLISH")
+                .arg(keyspace::channel(self.spec))
+                .arg(&message[..])
+                .clone(),
+            Coherence::Durable => Cmd::new()
+                .arg("XADD")
+                .arg(keyspace::stream(self.spec))
+                .arg("MAXLEN")
+                .arg("~")
+                .arg(STREAM_MAXLEN)
+                .arg("*")
+                .arg("m")
+                .arg(&message[..])
+                .clone(),
+            _ => return Ok(()),
+        };
+        self.server
+            .query::<redis::Value>(Lane::Managed, command)
             .await
-        {
-            Counters::bump(&counters.l2_writes_dropped);
-            self.write_warning
-                .emit(|n| self.warn_failure("delete", &failure, n));
+            .map(drop)
+    }
+
+    async fn put_frame(&self, key: u64, frame: &[u8], ttl_ms: u64, how: How, counters: &Counters) {
+        let key = self.key(key);
+        let written = if how == How::Versioned {
+            let ttl = ttl_ms.to_string();
+            self.server
+                .eval::<i64>(
+                    self.lane(),
+                    &WRITE_IF_NEWER,
+                    &[&key],
+                    &[frame, ttl.as_bytes()],
+                )
+                .await
+                .map(drop)
+        } else {
+            let mut set = Cmd::new();
+            set.arg("SET").arg(key).arg(frame).arg("PX").arg(ttl_ms);
+            if how == How::Vacant {
+                set.arg("NX");
+            }
+            self.server
+                .query::<redis::Value>(self.lane(), set)
+                .await
+                .map(drop)
+        };
+        if let Err(failure) = written {
+            self.dropped_write(&failure, counters);
         }
+    }
+
+    /// Whether a fill minted `version` so long ago that a tombstone that
+    /// should stop it may have expired.
+    fn too_old(&self, version: &RawId) -> bool {
+        let minted = Minter::unix_ms_of(version);
+        let now = crate::mint::unix_ms();
+        let half = u64::try_from(self.tombstone_ttl.as_millis() / 2).unwrap_or(u64::MAX);
+        now.saturating_sub(minted) > half
+    }
+
+    fn dropped_write(&self, failure: &Failure, counters: &Counters) {
+        Counters::bump(&counters.l2_writes_dropped);
+        self.write_warning
+            .emit(|n| self.warn_failure("write", failure, n));
     }
 
     fn warn_failure(&self, what: &str, failure: &Failure, occurrences: u64) {

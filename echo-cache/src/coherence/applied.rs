@@ -1,0 +1,83 @@
+//! Newer-wins memory: the newest invalidation version applied per id.
+//!
+//! A row in L1 carries its version, so "drop it if the invalidation is
+//! newer" needs no memory. What does is a value that is not in L1 yet: a
+//! fill under way, or a frame read from L2 after the invalidation's L2 drop
+//! failed. Each is refused if its version is older than the newest
+//! invalidation applied to its id, which this remembers.
+//!
+//! The memory is bounded by time: an entry is forgotten [`RETAIN`] after the
+//! version it holds was minted (the sweeper prunes it), so its size is the
+//! number of ids invalidated in that window. A value older than a forgotten
+//! invalidation can then only come from L2 if the conditional L2 drop of
+//! that invalidation failed too, and the tombstone TTL bounds even that.
+
+use std::time::Duration;
+
+use scc::HashMap;
+
+use crate::mint::{EPOCH_MS, unix_ms_of_payload};
+
+/// How long an applied version is remembered after it was minted.
+pub(crate) const RETAIN: Duration = Duration::from_secs(60);
+
+pub(crate) struct Applied {
+    newest: HashMap<u64, u64, foldhash::fast::RandomState>,
+}
+
+impl Applied {
+    pub(crate) fn new() -> Applied {
+        Applied {
+            newest: HashMap::with_hasher(foldhash::fast::RandomState::default()),
+        }
+    }
+
+    /// Records an invalidation of `key` at `version`; whether it is newer
+    /// than every one applied before (a repeat or a late message is not).
+    pub(crate) fn advance(&self, key: u64, version: u64) -> bool {
+        match self.newest.entry_sync(key) {
+            scc::hash_map::Entry::Occupied(newest) if *newest.get() >= version => false,
+            scc::hash_map::Entry::Occupied(mut newest) => {
+                *newest.get_mut() = version;
+                true
+            }
+            scc::hash_map::Entry::Vacant(vacant) => {
+                vacant.insert_entry(version);
+                true
+            }
+        }
+    }
+
+    /// Whether a value of `key` at `version` is older than an invalidation
+    /// applied to `key`.
+    pub(crate) fn overtakes(&self, key: u64, version: u64) -> bool {
+        self.newest
+            .read_sync(&key, |_, &newest| newest > version)
+            .unwrap_or(false)
+    }
+
+    /// Forgets the versions minted more than [`RETAIN`] before `unix_ms`.
+    pub(crate) fn prune(&self, unix_ms: u64) {
+        let retain = u64::try_from(RETAIN.as_millis()).unwrap_or(u64::MAX);
+        let horizon = unix_ms.saturating_sub(retain).max(EPOCH_MS);
+        self.newest
+            .retain_sync(|_, version| unix_ms_of_payload(*version) >= horizon);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn newer_wins_and_repeats_are_no_ops() {
+        let applied = Applied::new();
+        assert!(applied.advance(1, 10));
+        assert!(!applied.advance(1, 10), "a repeat");
+        assert!(!applied.advance(1, 9), "a late message");
+        assert!(applied.overtakes(1, 9));
+        assert!(!applied.overtakes(1, 10));
+        assert!(!applied.overtakes(2, 0), "nothing applied to 2");
+        assert!(applied.advance(1, 11));
+    }
+}

@@ -1,0 +1,64 @@
+//! Coherence across nodes: how a write on one node evicts the rows of
+//! every other.
+//!
+//! # The modes
+//!
+//! - `none`: TTL only, for entities that never change.
+//! - `tracking`: RESP3 client tracking. Every node's coherence link asks the
+//!   server (`CLIENT TRACKING ON BCAST NOLOOP PREFIX ecc:{<table>}:`) to
+//!   push an invalidation whenever another client writes a key of a
+//!   tracking table; the node evicts the named rows.
+//! - `broadcast`: versioned messages, at most once. A write publishes
+//!   `<id>:<version>` on `ecc:{<table>}:coh`; every node applies it
+//!   newer-wins.
+//! - `durable`: the same messages through a stream per table
+//!   (`ecc:{<table>}:log`), read by every node through its own consumer
+//!   group and acknowledged after they are applied: at least once.
+//!
+//! # The rules, and where each is kept
+//!
+//! - *The writer's own node evicts its row before the write returns*:
+//!   [`Cache::put`](crate::Cache::put) and
+//!   [`Cache::invalidate`](crate::Cache::invalidate) evict (or replace) the
+//!   local row first, whatever the server pushes later.
+//! - *A node's own fills never evict its own rows*: fills announce nothing;
+//!   tracking is enabled with `NOLOOP` on the connection that writes, so the
+//!   server does not echo a node's own writes back to it; a node's own
+//!   broadcast or durable message comes back as a repeat, a no-op.
+//! - *Versions come from write order*: a fill of a versioned table mints its
+//!   version before it reads the system of record, and a write mints its
+//!   version when it is called, after the caller wrote the system of
+//!   record. So a fill that read before a write carries an older version
+//!   than the write's invalidation. Versions are snowflakes: across nodes
+//!   their order is the order of the nodes' wall clocks. Clock skew between
+//!   nodes of `s` ms means a fill may be judged newer than a write that
+//!   happened up to `s` ms before it, and refused if older by less than
+//!   that: keep clocks synchronised (NTP keeps them within milliseconds).
+//! - *L2 writes are versioned*: fills and puts write through a server-side
+//!   script that never overwrites a newer frame, and an invalidation leaves
+//!   a tombstone carrying its version (see `l2::script`).
+//! - *Fills racing an invalidation never install*: the flight registry's
+//!   per-fill token (see `flight`), plus, for versioned modes, newer-wins
+//!   memory of the versions applied per id ([`Applied`]).
+//! - *Losing the channel flushes*: when the connection that carries a
+//!   table's invalidations is lost (closed, killed, or silent past its
+//!   PING deadline), the table's L1 is flushed and its reads bypass L1 until
+//!   the channel is back.
+//! - Malformed messages are dropped and counted, never a panic.
+//!
+//! # Tracking: why a GET reply and an invalidation push cannot cross
+//!
+//! Replies and pushes on one RESP3 connection arrive in the server's order.
+//! A flight's L2 read of a tracking table and the server's invalidations
+//! travel on the same link: if the GET was served before a write, its reply
+//! comes before that write's invalidation push; the push then evicts the
+//! row (or, if the flight has not landed yet, overtakes it through its
+//! token, so it does not install). Across two connections that order is
+//! lost, and the per-fill token is what closes the gap: any invalidation
+//! processed between a flight's start and its landing stops the install.
+
+mod applied;
+pub(crate) mod link;
+pub(crate) mod message;
+
+pub(crate) use applied::Applied;

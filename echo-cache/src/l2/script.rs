@@ -1,0 +1,38 @@
+//! The server-side script that makes L2 writes versioned.
+//!
+//! It compares versions inside the server, in one step, so no other write
+//! can slip between the comparison and the write. A version is the first 14
+//! bytes of a frame (a tombstone is only those 14 bytes); versions are
+//! compared by their 11-byte payloads, which sort in mint order as strings.
+//! A value that does not start with a well-formed version (garbage, an old
+//! format) is overwritten.
+
+use std::sync::LazyLock;
+
+use redis::Script;
+
+/// The Lua that reads the version of the value at `KEYS[1]`, or `nil`.
+const CURRENT_VERSION: &str = r"
+local function current_version(key)
+  local value = redis.call('GET', key)
+  if not value or #value < 14 then return nil end
+  local version = string.sub(value, 1, 14)
+  if not string.match(version, '^%u%u%u%w%w%w%w%w%w%w%w%w%w%w$') then return nil end
+  return string.sub(version, 4)
+end
+";
+
+/// `SET KEYS[1] ARGV[1] PX ARGV[2]` unless the value there already has a
+/// version as new as `ARGV[1]`'s. `ARGV[1]` is a frame (a fill, a put) or a
+/// tombstone (an invalidation): a fill never overwrites a newer frame or the
+/// tombstone of a newer invalidation, and a late or repeated invalidation
+/// never erases a newer row. Returns 1 if written, 0 if not.
+pub(crate) static WRITE_IF_NEWER: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&format!(
+        "{CURRENT_VERSION}
+local current = current_version(KEYS[1])
+if current and current >= string.sub(ARGV[1], 4, 14) then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return 1"
+    ))
+});
