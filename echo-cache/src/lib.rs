@@ -69,6 +69,71 @@
 //! "not found" is then kept in L1 for that long (jittered like `ttl_ms`),
 //! sparing the system of record; a [`Cache::put`] or
 //! [`Cache::invalidate`] of the id ends it at once.
+//!
+//! # L2
+//!
+//! With [`Builder::l2`] every table sits in front of one shared Valkey or
+//! Redis (≥ 7) server; without it the cache is L1-only. A miss's flight
+//! reads L2 before the loader, and writes what the loader returns.
+//!
+//! - **Keys**: `ecc:{<table>}:<id>` ([`keyspace`]): the `{<table>}` hashtag
+//!   keeps a table's keys on one cluster slot.
+//! - **Frames**: `version (14 bytes) ++ schema (8 bytes) ++ body`, written
+//!   with `SET … PX` and a jittered TTL (the server's clock expires L2).
+//!   The version of an immutable entity (coherence `none`) is its own id;
+//!   every other fill mints a version before it reads the system of
+//!   record, and [`Cache::put`] and [`Cache::invalidate`] mint one for the
+//!   write.
+//! - **Codec**: [`Postcard`] unless [`Builder::codec`] says otherwise (a
+//!   compact, maintained serde format with a stable 1.x wire format;
+//!   bincode is unmaintained). The schema stamp folds the declared struct's
+//!   fingerprint (computed by the attribute from its fields and `#[serde]`
+//!   attributes) with the codec's name: a frame written by a build whose
+//!   struct or codec differs is never decoded; it is a miss that refills.
+//! - **Bad data**: a short frame, a malformed version, another schema or an
+//!   undecodable body is a miss that refills, counted in
+//!   [`Stats::decode_errors`], with a rate-limited `tracing` warning.
+//!   A value whose frame is over [`Builder::max_value_bytes`] (1 MiB unless
+//!   set) is served and kept in L1, not written to L2
+//!   ([`Stats::oversized`]).
+//! - **Outages**: every L2 operation is bounded by [`Builder::l2_timeout`]
+//!   (50 ms unless set). A server that is down, refusing or paused costs a
+//!   fetch at most that before the loader answers; no error reaches the
+//!   caller ([`Stats::l2_errors`]). After three failures in a row a breaker
+//!   stops trying, except one probe per [`Builder::l2_probe_every`] (1 s
+//!   unless set), and L2 is used again by itself when the server answers.
+//!   L2 writes during an outage are dropped and counted
+//!   ([`Stats::l2_writes_dropped`]), never queued.
+//! - **Cluster**: every key of a table is on one slot, and every operation
+//!   is a single-key command or script, so the connection can be swapped
+//!   for the `redis` crate's cluster client without touching the data path.
+//!   This version connects to one server.
+//!
+//! # Coherence
+//!
+//! A table declares how a write on one node reaches the others' L1
+//! ([`Coherence`]): `none` (TTL only), `tracking` (the server pushes an
+//! invalidation for every write by another client: RESP3 client tracking),
+//! `broadcast` (each write publishes `<id>:<version>`, applied newer-wins,
+//! at most once) or `durable` (the same messages through a stream per
+//! table, read by every node's consumer group, at least once). In every
+//! mode:
+//!
+//! - the writing node drops (or replaces) its own row before
+//!   [`Cache::put`] or [`Cache::invalidate`] returns;
+//! - a node's own fills never evict its own rows;
+//! - versioned tables write L2 through one server-side script that never
+//!   overwrites a newer frame; an invalidation leaves a tombstone of its
+//!   version for [`Builder::tombstone_ttl`], so a slow fill that read the
+//!   system of record before a write cannot land after it;
+//! - a fill overtaken by an invalidation is installed nowhere;
+//! - a node whose invalidation channel is lost (closed, killed, or silent
+//!   past [`Builder::coherence_ping_every`]) flushes the table's L1 and
+//!   reads around it ([`Health::Bypassing`]) until the channel is back.
+//!
+//! Versions are snowflakes ([`Minter`]): across nodes their order is the
+//! order of the nodes' wall clocks, so keep clocks synchronised; skew of
+//! `s` ms can make newer-wins misjudge writes less than `s` ms apart.
 #![deny(missing_docs)]
 #![warn(clippy::pedantic)]
 #![allow(clippy::module_name_repetitions)]
