@@ -719,12 +719,12 @@ impl Drop for RedisServer {
 impl State {
     /// Forgets a child that exited by itself.
     fn reap(&mut self) {
-        if let Some(child) = &mut self.child {
-            if !matches!(child.try_wait(), Ok(None)) {
-                let _ = child.wait();
-                self.child = None;
-                self.paused = false;
-            }
+        if let Some(child) = &mut self.child
+            && !matches!(child.try_wait(), Ok(None))
+        {
+            let _ = child.wait();
+            self.child = None;
+            self.paused = false;
         }
     }
 
@@ -816,13 +816,13 @@ impl Spec<'_> {
                 break "did not answer in time".to_owned();
             }
             let probe_timeout = (deadline - now).clamp(POLL_INTERVAL, Duration::from_millis(100));
-            if let Ok(reply) = raw_command(self.port, &["INFO", "server"], probe_timeout) {
-                if info_pid(&reply) == Some(pid) {
-                    return Ok(child);
-                }
-                // Another process's server (we are losing the port race), or
-                // an error reply: keep polling until our child exits.
+            if let Ok(reply) = raw_command(self.port, &["INFO", "server"], probe_timeout)
+                && info_pid(&reply) == Some(pid)
+            {
+                return Ok(child);
             }
+            // Another process's server (we are losing the port race), or
+            // an error reply: keep polling until our child exits.
             thread::sleep(POLL_INTERVAL);
         };
         Err(Launch::Failed(Error::new(
@@ -1074,12 +1074,12 @@ fn wait_stopped(_pid: u32, _deadline: Instant) -> bool {
 
 fn read_from(path: &Path, offset: u64) -> String {
     let mut text = String::new();
-    if let Ok(mut file) = File::open(path) {
-        if file.seek(SeekFrom::Start(offset)).is_ok() {
-            let mut bytes = Vec::new();
-            let _ = file.read_to_end(&mut bytes);
-            text = String::from_utf8_lossy(&bytes).into_owned();
-        }
+    if let Ok(mut file) = File::open(path)
+        && file.seek(SeekFrom::Start(offset)).is_ok()
+    {
+        let mut bytes = Vec::new();
+        let _ = file.read_to_end(&mut bytes);
+        text = String::from_utf8_lossy(&bytes).into_owned();
     }
     text
 }
