@@ -1,121 +1,282 @@
 //! Reads the keys of `#[near_cache(...)]`, keeping each value's span.
 //!
-//! Nothing is judged here but the syntax: a key appears at most once and is
-//! one of the known keys. Every mistake is collected, so one run of the
-//! compiler reports them all.
+//! Nothing is judged here but the syntax: each key is one of the known
+//! keys, appears at most once and is given a literal. Values are judged in
+//! `valid`. Every mistake is kept, so one run of the compiler reports them
+//! all.
 
-use proc_macro2::{Span, TokenStream};
+use proc_macro2::TokenStream;
+use quote::ToTokens;
 use syn::meta::ParseNestedMeta;
-use syn::{Lit, LitStr};
+use syn::{Expr, ExprLit, ExprUnary, Lit, Token, UnOp};
 
-/// The keys `#[near_cache]` accepts, in the order the docs list them.
-pub(crate) const KEYS: &[&str] = &[
-    "kind",
-    "ttl_ms",
-    "coherence",
-    "jitter",
-    "max_size",
-    "sweep_ms",
-    "absent_ttl_ms",
-    "name",
-    "crate",
-];
+use crate::errors::{At, Errors};
+use crate::hint;
 
-/// The keys as written, each with its literal.
-pub(crate) struct Args {
-    pub(crate) kind: Option<LitStr>,
-    pub(crate) ttl_ms: Option<Lit>,
-    pub(crate) coherence: Option<LitStr>,
-    pub(crate) jitter: Option<Lit>,
-    pub(crate) max_size: Option<Lit>,
-    pub(crate) sweep_ms: Option<Lit>,
-    pub(crate) absent_ttl_ms: Option<Lit>,
-    pub(crate) name: Option<LitStr>,
-    pub(crate) krate: Option<LitStr>,
-    /// Span of the whole argument list, for "missing key" errors.
-    pub(crate) span: Span,
+/// A key of `#[near_cache]`, with what the messages say about it.
+pub(crate) struct Key {
+    /// The key as written.
+    pub(crate) name: &'static str,
+    /// A value, as written after `=` in the messages' examples.
+    pub(crate) example: &'static str,
+    /// What the value is, for the "missing key" messages.
+    pub(crate) meaning: &'static str,
 }
 
-/// Parses the argument list; every mistake is returned, not just the first.
-pub(crate) fn parse(tokens: TokenStream) -> Result<Args, Vec<syn::Error>> {
+/// The keys `#[near_cache]` accepts, in the order the docs list them.
+pub(crate) const KEYS: &[Key] = &[
+    Key {
+        name: "kind",
+        example: "\"GAM\"",
+        meaning: "the three uppercase letters that begin the ids of this table",
+    },
+    Key {
+        name: "ttl_ms",
+        example: "60_000",
+        meaning: "how long a row lives, in milliseconds",
+    },
+    Key {
+        name: "coherence",
+        example: "\"none\"",
+        meaning: "how rows are kept coherent across nodes",
+    },
+    Key {
+        name: "jitter",
+        example: "0.1",
+        meaning: "the fraction of `ttl_ms` by which a row's expiry may move",
+    },
+    Key {
+        name: "max_size",
+        example: "100_000",
+        meaning: "how many rows L1 keeps at most",
+    },
+    Key {
+        name: "sweep_ms",
+        example: "1_000",
+        meaning: "the period of the sweeper, in milliseconds",
+    },
+    Key {
+        name: "absent_ttl_ms",
+        example: "5_000",
+        meaning: "how long the loader's \"not found\" is remembered, in milliseconds",
+    },
+    Key {
+        name: "name",
+        example: "\"games\"",
+        meaning: "the table's name",
+    },
+    Key {
+        name: "crate",
+        example: "\"::echo_cache\"",
+        meaning: "the path of the echo_cache crate",
+    },
+];
+
+/// The entry of `name` in [`KEYS`], if it is a key.
+fn known(name: &str) -> Option<&'static Key> {
+    KEYS.iter().find(|key| key.name == name)
+}
+
+/// The entry of `name` in [`KEYS`].
+///
+/// # Panics
+///
+/// If `name` is not a key: the callers name keys of the table.
+pub(crate) fn key(name: &str) -> &'static Key {
+    known(name).expect("a key of KEYS")
+}
+
+/// `key = example`, the way a message shows how to write a key.
+pub(crate) fn example(name: &str) -> String {
+    format!("`{name} = {}`", key(name).example)
+}
+
+/// A key's value as written.
+pub(crate) enum Value {
+    /// The key is not in the list.
+    Absent,
+    /// The key is in the list, but without a literal; that mistake is
+    /// already recorded.
+    Unreadable,
+    /// The key's literal, and its entry's place in the list.
+    Lit(At, Lit),
+}
+
+impl Value {
+    /// The literal and its place, if the key was given one.
+    pub(crate) fn lit(&self) -> Option<(At, &Lit)> {
+        match self {
+            Value::Lit(at, lit) => Some((*at, lit)),
+            Value::Absent | Value::Unreadable => None,
+        }
+    }
+}
+
+/// The keys as written, each with its literal, and the mistakes found
+/// reading them.
+pub(crate) struct Args {
+    pub(crate) kind: Value,
+    pub(crate) ttl_ms: Value,
+    pub(crate) coherence: Value,
+    pub(crate) jitter: Value,
+    pub(crate) max_size: Value,
+    pub(crate) sweep_ms: Value,
+    pub(crate) absent_ttl_ms: Value,
+    pub(crate) name: Value,
+    pub(crate) krate: Value,
+    /// Whether the whole list could be read. After a syntax error the keys
+    /// that follow it are unknown, so none of them is reported missing.
+    pub(crate) complete: bool,
+    /// The keys that unknown keys were taken for (`ttl_ms` for `ttl`):
+    /// the "did you mean" already says they are missing.
+    pub(crate) guessed: Vec<&'static str>,
+    /// Every mistake found reading the list.
+    pub(crate) errors: Errors,
+}
+
+impl Args {
+    /// The slot of the key `name`, or `None` if there is no such key.
+    fn slot(&mut self, name: &str) -> Option<&mut Value> {
+        Some(match name {
+            "kind" => &mut self.kind,
+            "ttl_ms" => &mut self.ttl_ms,
+            "coherence" => &mut self.coherence,
+            "jitter" => &mut self.jitter,
+            "max_size" => &mut self.max_size,
+            "sweep_ms" => &mut self.sweep_ms,
+            "absent_ttl_ms" => &mut self.absent_ttl_ms,
+            "name" => &mut self.name,
+            "crate" => &mut self.krate,
+            _ => return None,
+        })
+    }
+}
+
+/// Reads the argument list. Mistakes are kept in [`Args::errors`], not
+/// returned: the list is read to its end whatever it holds.
+pub(crate) fn parse(tokens: TokenStream) -> Args {
     let mut args = Args {
-        kind: None,
-        ttl_ms: None,
-        coherence: None,
-        jitter: None,
-        max_size: None,
-        sweep_ms: None,
-        absent_ttl_ms: None,
-        name: None,
-        krate: None,
-        span: if tokens.is_empty() {
-            Span::call_site()
-        } else {
-            syn::spanned::Spanned::span(&tokens)
-        },
+        kind: Value::Absent,
+        ttl_ms: Value::Absent,
+        coherence: Value::Absent,
+        jitter: Value::Absent,
+        max_size: Value::Absent,
+        sweep_ms: Value::Absent,
+        absent_ttl_ms: Value::Absent,
+        name: Value::Absent,
+        krate: Value::Absent,
+        complete: true,
+        guessed: Vec::new(),
+        errors: Errors::default(),
     };
-    let mut errors = Vec::new();
+    let mut entry = 0;
     let parser = syn::meta::parser(|meta| {
-        if let Err(error) = read_key(&mut args, &meta) {
-            errors.push(error);
+        let at = At::Entry(entry);
+        entry += 1;
+        // A syntax error ends the list: what follows it cannot be trusted.
+        let value = read_value(&meta)?;
+        if let Err(error) = set(&mut args, &meta, at, value) {
+            args.errors.push(at, error);
         }
         Ok(())
     });
     if let Err(error) = syn::parse::Parser::parse2(parser, tokens) {
-        errors.push(error);
+        args.errors.push(At::Entry(entry), error);
+        args.complete = false;
     }
-    if errors.is_empty() { Ok(args) } else { Err(errors) }
+    args
 }
 
-fn read_key(args: &mut Args, meta: &ParseNestedMeta<'_>) -> syn::Result<()> {
-    let key = meta
-        .path
-        .get_ident()
-        .map(ToString::to_string)
-        .unwrap_or_default();
-    // Read the value first, so the parser moves on even past a bad key.
-    let value: syn::Expr = meta.value()?.parse()?;
-    let value = literal(value)?;
-    match key.as_str() {
-        "kind" => set(&mut args.kind, string(value)?, meta),
-        "ttl_ms" => set(&mut args.ttl_ms, value, meta),
-        "coherence" => set(&mut args.coherence, string(value)?, meta),
-        "jitter" => set(&mut args.jitter, value, meta),
-        "max_size" => set(&mut args.max_size, value, meta),
-        "sweep_ms" => set(&mut args.sweep_ms, value, meta),
-        "absent_ttl_ms" => set(&mut args.absent_ttl_ms, value, meta),
-        "name" => set(&mut args.name, string(value)?, meta),
-        "crate" => set(&mut args.krate, string(value)?, meta),
-        _ => Err(meta.error(format!(
-            "unknown key `{}`; the keys of #[near_cache] are: {}",
-            quote::ToTokens::to_token_stream(&meta.path),
-            KEYS.join(", ")
-        ))),
+/// The value after `key =`, or `None` when the key has no `= value`.
+fn read_value(meta: &ParseNestedMeta<'_>) -> syn::Result<Option<Expr>> {
+    if meta.input.is_empty() || meta.input.peek(Token![,]) {
+        return Ok(None);
     }
+    let equals = meta.value().map_err(|error| {
+        let name = meta.path.to_token_stream().to_string();
+        let like = match known(&name) {
+            Some(_) => example(&name),
+            None => format!("`{name} = ...`"),
+        };
+        syn::Error::new(
+            error.span(),
+            format!("expected `=` after `{name}`, like {like}"),
+        )
+    })?;
+    Ok(Some(equals.parse()?))
 }
 
-fn set<T>(slot: &mut Option<T>, value: T, meta: &ParseNestedMeta<'_>) -> syn::Result<()> {
-    if slot.is_some() {
-        let key = quote::ToTokens::to_token_stream(&meta.path);
-        return Err(meta.error(format!("duplicate key `{key}`: give each key once")));
+/// Records the value of one key, or says why it cannot.
+fn set(
+    args: &mut Args,
+    meta: &ParseNestedMeta<'_>,
+    at: At,
+    value: Option<Expr>,
+) -> syn::Result<()> {
+    let path = &meta.path;
+    let name = path.to_token_stream().to_string();
+    let Some(slot) = args.slot(&name) else {
+        let names: Vec<&'static str> = KEYS.iter().map(|key| key.name).collect();
+        let guess = hint::closest(&name, &names);
+        args.guessed.extend(guess);
+        return Err(unknown(path, &name, &names, guess));
+    };
+    if !matches!(slot, Value::Absent) {
+        return Err(syn::Error::new_spanned(
+            path,
+            format!("`{name}` is given twice: give each key once"),
+        ));
     }
-    *slot = Some(value);
+    // Mark the key as given before judging its value, so a key with a bad
+    // value is not also reported missing.
+    *slot = Value::Unreadable;
+    let Some(value) = value else {
+        return Err(syn::Error::new_spanned(
+            path,
+            format!("`{name}` needs a value, like {}", example(&name)),
+        ));
+    };
+    *slot = Value::Lit(at, literal(&name, value)?);
     Ok(())
 }
 
-fn literal(value: syn::Expr) -> syn::Result<Lit> {
-    match value {
-        syn::Expr::Lit(syn::ExprLit { lit, .. }) => Ok(lit),
-        other => Err(syn::Error::new_spanned(
-            other,
-            "expected a literal, like \"GAM\" or 60_000",
-        )),
-    }
+fn unknown(path: &syn::Path, name: &str, names: &[&str], guess: Option<&str>) -> syn::Error {
+    let guess = match guess {
+        Some(guess) => format!(": did you mean `{guess}`?"),
+        None => String::new(),
+    };
+    syn::Error::new_spanned(
+        path,
+        format!(
+            "unknown key `{name}`{guess}\n\
+             the keys of #[near_cache] are: {}",
+            names.join(", ")
+        ),
+    )
 }
 
-fn string(value: Lit) -> syn::Result<LitStr> {
-    match value {
-        Lit::Str(string) => Ok(string),
-        other => Err(syn::Error::new(other.span(), "expected a string literal, like \"GAM\"")),
+fn literal(name: &str, value: Expr) -> syn::Result<Lit> {
+    if let Expr::Lit(ExprLit { lit, .. }) = value {
+        return Ok(lit);
     }
+    let string = key(name).example.starts_with('"');
+    let negative = matches!(
+        &value,
+        Expr::Unary(ExprUnary { op: UnOp::Neg(_), expr, .. }) if matches!(**expr, Expr::Lit(_))
+    );
+    let message = if negative && !string {
+        format!("`{name}` may not be negative")
+    } else if string && matches!(value, Expr::Path(_)) {
+        format!(
+            "`{name}` takes a string: write it in quotes, like {}",
+            example(name)
+        )
+    } else {
+        format!(
+            "`{name}` takes a literal, like {}: the attribute cannot read constants or \
+             expressions",
+            example(name)
+        )
+    };
+    Err(syn::Error::new_spanned(value, message))
 }

@@ -1,8 +1,9 @@
 //! Writes the code of a declaration.
 //!
-//! Generated code names only `<crate>::__private::…`, `::core::…` and the
-//! user's own type, and lives in a `const _: () = { … };` block so that its
-//! items (prefixed `__ECHO_`) cannot clash with the user's.
+//! Generated code names only `<crate>::__private::…` (imported once as
+//! `__echo_private`), `::core::…` and the user's own type, and lives in a
+//! `const _: () = { … };` block so that its items (prefixed `__echo_` or
+//! `__ECHO_`) cannot clash with the user's.
 
 use proc_macro2::TokenStream;
 use quote::{ToTokens, quote};
@@ -10,17 +11,11 @@ use syn::{Attribute, Data, DeriveInput, Fields};
 
 use crate::valid::Decl;
 
+/// The item, unchanged, then its declaration: the `Declaration` in the
+/// directory's distributed slice, the `Cached` impl, and `fetch`.
 pub(crate) fn expand(decl: &Decl, input: &DeriveInput) -> TokenStream {
-    let krate = &decl.krate;
-    let private = quote!(#krate::__private);
     let ident = &input.ident;
-    let vis = &input.vis;
-    let Decl {
-        kind,
-        ttl_ms,
-        name,
-        ..
-    } = decl;
+    let (kind, ttl_ms, name) = (&decl.kind, decl.ttl_ms, &decl.name);
     let coherence = syn::Ident::new(decl.coherence, proc_macro2::Span::call_site());
     let jitter = option(decl.jitter.map(|j| quote!(#j)));
     let max_size = option(decl.max_size.map(|m| {
@@ -30,62 +25,94 @@ pub(crate) fn expand(decl: &Decl, input: &DeriveInput) -> TokenStream {
     let sweep_ms = option(decl.sweep_ms.map(|s| quote!(#s)));
     let absent_ttl_ms = option(decl.absent_ttl_ms.map(|a| quote!(#a)));
     let fingerprint = fingerprint(input);
-    let fetch_doc = format!(
-        "Reads the `{ident}` of `id` through `cache`: its L1 row, else the one flight of `id` \
-         (the `{name}` table's L2, then its loader).\n\n# Errors\n\nAs `echo_cache::Cache::fetch`."
-    );
+    let import = import_private(&decl.krate);
+    let fetch = fetch(input);
 
     quote! {
         #input
 
         const _: () = {
-            #[#private::linkme::distributed_slice(#private::DECLARATIONS)]
-            #[linkme(crate = #private::linkme)]
-            static __ECHO_DECLARATION: #private::Declaration = #private::Declaration::new::<#ident>(
-                #private::SpecParts {
-                    name: #name,
-                    type_name: ::core::concat!(::core::module_path!(), "::", ::core::stringify!(#ident)),
-                    kind: #kind,
-                    ttl_ms: #ttl_ms,
-                    jitter: #jitter,
-                    max_size: #max_size,
-                    sweep_ms: #sweep_ms,
-                    absent_ttl_ms: #absent_ttl_ms,
-                    coherence: #private::Coherence::#coherence,
-                    fingerprint: #fingerprint,
-                }
-                .build(),
-            );
+            #import
 
-            impl #private::Cached for #ident {
-                const KIND: #private::Kind = #private::Kind::new(#kind);
+            #[__echo_private::linkme::distributed_slice(__echo_private::DECLARATIONS)]
+            #[linkme(crate = __echo_private::linkme)]
+            static __ECHO_DECLARATION: __echo_private::Declaration =
+                __echo_private::Declaration::new::<#ident>(
+                    __echo_private::SpecParts {
+                        name: #name,
+                        type_name: ::core::concat!(
+                            ::core::module_path!(),
+                            "::",
+                            ::core::stringify!(#ident),
+                        ),
+                        kind: #kind,
+                        ttl_ms: #ttl_ms,
+                        jitter: #jitter,
+                        max_size: #max_size,
+                        sweep_ms: #sweep_ms,
+                        absent_ttl_ms: #absent_ttl_ms,
+                        coherence: __echo_private::Coherence::#coherence,
+                        fingerprint: #fingerprint,
+                    }
+                    .build(),
+                );
 
-                fn __declaration() -> &'static #private::Declaration {
+            impl __echo_private::Cached for #ident {
+                const KIND: __echo_private::Kind = __echo_private::Kind::new(#kind);
+
+                fn __declaration() -> &'static __echo_private::Declaration {
                     &__ECHO_DECLARATION
                 }
             }
 
-            impl #ident {
-                #[doc = #fetch_doc]
-                #[allow(dead_code)]
-                #vis fn fetch(
-                    cache: &#private::Cache,
-                    id: #private::Id<Self>,
-                ) -> impl #private::Future<
-                    Output = ::core::result::Result<#private::Fetched<Self>, #private::Error>,
-                > + '_ {
-                    cache.fetch::<Self>(id)
-                }
-            }
+            #fetch
         };
     }
 }
 
-fn option(value: Option<TokenStream>) -> TokenStream {
-    match value {
-        Some(value) => quote!(::core::option::Option::Some(#value)),
-        None => quote!(::core::option::Option::None),
+/// Imports `<crate>::__private` as `__echo_private`, once at the top of
+/// the generated block: a `crate` path that does not resolve is then
+/// reported once, on its literal, rather than at every use.
+pub(crate) fn import_private(krate: &syn::Path) -> TokenStream {
+    quote!(use #krate::__private as __echo_private;)
+}
+
+/// The inherent `fetch` of the declared type, a shorthand of
+/// `Cache::fetch`; also written by the fallback, so that code calling it
+/// compiles whatever the mistakes of the attribute. Needs
+/// [`import_private`] in scope.
+pub(crate) fn fetch(input: &DeriveInput) -> TokenStream {
+    let ident = &input.ident;
+    let vis = &input.vis;
+    let doc = format!(
+        "Reads the `{ident}` of `id` through `cache`: its L1 row, else the one flight of `id` \
+         (the table's L2, then its loader).\n\n# Errors\n\nAs `echo_cache::Cache::fetch`."
+    );
+    quote! {
+        impl #ident {
+            #[doc = #doc]
+            #[allow(dead_code)]
+            #vis fn fetch(
+                cache: &__echo_private::Cache,
+                id: __echo_private::Id<Self>,
+            ) -> impl __echo_private::Future<
+                Output = ::core::result::Result<
+                    __echo_private::Fetched<Self>,
+                    __echo_private::Error,
+                >,
+            > + '_ {
+                cache.fetch::<Self>(id)
+            }
+        }
     }
+}
+
+/// `Some(value)` or `None`, as code.
+fn option(value: Option<TokenStream>) -> TokenStream {
+    value.map_or_else(
+        || quote!(::core::option::Option::None),
+        |value| quote!(::core::option::Option::Some(#value)),
+    )
 }
 
 /// A fingerprint of the type's serialized shape: its name, its fields' names

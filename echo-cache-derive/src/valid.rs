@@ -1,22 +1,27 @@
 //! Checks the keys of `#[near_cache(...)]` and the item they sit on.
 //!
 //! Each value is judged on its own, and each mistake is spanned on the
-//! literal that makes it, so the compiler points at exactly what to fix.
+//! literal (or key) that makes it, so the compiler points at exactly what
+//! to fix. Every mistake is collected before giving up.
 
-use proc_macro2::Span;
-use syn::{Data, DeriveInput, Lit, LitStr};
+use proc_macro2::{Span, TokenStream};
+use syn::{Data, DeriveInput, Item, Lit, LitStr};
 
-use crate::attr::Args;
+use crate::attr::{self, Args, Value};
+use crate::errors::{At, Errors};
+use crate::hint;
 
-/// The coherence modes, as written in the attribute.
-pub(crate) const COHERENCE: &[(&str, &str)] = &[
+/// The coherence modes: as written in the attribute, and the variant of
+/// `echo_cache::Coherence` each names.
+const COHERENCE: &[(&str, &str)] = &[
     ("none", "None"),
     ("tracking", "Tracking"),
     ("broadcast", "Broadcast"),
     ("durable", "Durable"),
 ];
 
-/// A declaration that passed every check.
+/// A declaration that passed every check. Optional keys left out are
+/// `None`: the runtime's defaults apply.
 pub(crate) struct Decl {
     pub(crate) kind: String,
     pub(crate) ttl_ms: u64,
@@ -30,120 +35,198 @@ pub(crate) struct Decl {
     pub(crate) krate: syn::Path,
 }
 
-/// Every mistake found, in the order of the keys.
-#[derive(Default)]
-struct Errors(Vec<syn::Error>);
+/// A declaration with mistakes: every one of them, and what the fallback
+/// needs to keep the user's other code free of follow-on errors.
+pub(crate) struct Invalid {
+    /// Every mistake, in the order of the source.
+    pub(crate) errors: Vec<syn::Error>,
+    /// The path of the runtime crate, if the `crate` key (or its default)
+    /// is a valid path.
+    pub(crate) krate: Option<syn::Path>,
+}
 
-impl Errors {
-    fn push(&mut self, span: Span, message: impl std::fmt::Display) {
-        self.0.push(syn::Error::new(span, message));
-    }
-
-    /// The value, or `None` after recording the error.
-    fn check<T>(&mut self, result: syn::Result<T>) -> Option<T> {
-        result.map_err(|error| self.0.push(error)).ok()
+/// The struct, enum or union the attribute sits on; any other item is
+/// refused with one error. (A union is refused by [`validate`], along
+/// with the mistakes of the keys.)
+pub(crate) fn item(tokens: TokenStream) -> syn::Result<DeriveInput> {
+    match syn::parse2::<Item>(tokens.clone())? {
+        Item::Struct(_) | Item::Enum(_) | Item::Union(_) => syn::parse2(tokens),
+        Item::Fn(item) => Err(misplaced(&item.sig, "a function")),
+        Item::Impl(item) => Err(misplaced(&item.self_ty, "an impl block")),
+        Item::Trait(item) => Err(misplaced(&item.ident, "a trait")),
+        Item::Type(item) => Err(misplaced(&item.ident, "a type alias")),
+        Item::Mod(item) => Err(misplaced(&item.ident, "a module")),
+        other => Err(misplaced(&other, "this item")),
     }
 }
 
-pub(crate) fn validate(args: Args, input: &DeriveInput) -> Result<Decl, Vec<syn::Error>> {
-    let mut errors = Errors::default();
+fn misplaced(span: &dyn quote::ToTokens, what: &str) -> syn::Error {
+    syn::Error::new_spanned(
+        span,
+        format!(
+            "#[near_cache] goes on a struct or an enum (the entity type whose values \
+             the table holds), not on {what}"
+        ),
+    )
+}
+
+/// Checks the item and every key; a [`Decl`] if all is well, else every
+/// mistake found.
+pub(crate) fn validate(mut args: Args, input: &DeriveInput) -> Result<Decl, Invalid> {
+    let mut errors = std::mem::take(&mut args.errors);
     check_item(input, &mut errors);
 
-    let kind = required(args.kind, "kind = \"ABC\"", "the three uppercase letters of this table's ids", args.span, &mut errors)
-        .and_then(|lit| errors.check(kind(&lit)));
-    let ttl_ms = required(args.ttl_ms, "ttl_ms = ...", "how long a row lives, in milliseconds", args.span, &mut errors)
-        .and_then(|lit| errors.check(positive(&lit, "ttl_ms")));
-    let coherence = args
-        .coherence
-        .map(|lit| errors.check(coherence(&lit)))
-        .unwrap_or(Some("None"));
-    let jitter = optional(args.jitter.as_ref().map(jitter), &mut errors);
-    let max_size = optional(args.max_size.as_ref().map(|l| positive(l, "max_size")), &mut errors);
-    let sweep_ms = optional(args.sweep_ms.as_ref().map(|l| positive(l, "sweep_ms")), &mut errors);
-    let absent_ttl_ms = optional(args.absent_ttl_ms.as_ref().map(|l| integer(l, "absent_ttl_ms")), &mut errors);
-    let name = match args.name {
-        Some(lit) => errors.check(table_name(&lit)),
-        None => {
-            let derived = LitStr::new(&snake_case(&input.ident.to_string()), input.ident.span());
-            errors.check(table_name(&derived).map_err(|_| {
-                syn::Error::new(
-                    input.ident.span(),
-                    "this type's name gives no valid table name; declare one with `name = \"...\"` ([a-z0-9_]+)",
-                )
-            }))
-        }
+    let kind = required(&args, &args.kind, "kind", &mut errors)
+        .and_then(|(at, lit)| errors.check(at, kind(lit)));
+    let ttl_ms = required(&args, &args.ttl_ms, "ttl_ms", &mut errors)
+        .and_then(|(at, lit)| errors.check(at, positive(lit, "ttl_ms")));
+    let coherence = match args.coherence.lit() {
+        Some((at, lit)) => errors.check(at, coherence(lit)),
+        None => Some("None"),
     };
-    let krate = match args.krate {
-        Some(lit) => errors.check(lit.parse::<syn::Path>().map_err(|_| {
-            syn::Error::new(lit.span(), "`crate` must be a path, like \"::echo_cache\"")
-        })),
-        None => Some(syn::parse_quote!(::echo_cache)),
+    let jitter = (args.jitter.lit()).and_then(|(at, lit)| errors.check(at, jitter(lit)));
+    let max_size =
+        (args.max_size.lit()).and_then(|(at, lit)| errors.check(at, positive(lit, "max_size")));
+    let sweep_ms =
+        (args.sweep_ms.lit()).and_then(|(at, lit)| errors.check(at, positive(lit, "sweep_ms")));
+    let absent_ttl_ms = (args.absent_ttl_ms.lit())
+        .and_then(|(at, lit)| errors.check(at, integer(lit, "absent_ttl_ms")));
+    let name = match args.name.lit() {
+        Some((at, lit)) => errors.check(at, table_name(lit)),
+        None => errors.check(At::Item, derived_name(input)),
+    };
+    let krate = match &args.krate {
+        Value::Lit(at, lit) => errors.check(*at, krate(lit)),
+        Value::Unreadable => None,
+        Value::Absent => Some(syn::parse_quote!(::echo_cache)),
     };
 
-    match (kind, ttl_ms, coherence, jitter, max_size, sweep_ms, absent_ttl_ms, name, krate) {
-        (Some(kind), Some(ttl_ms), Some(coherence), Some(jitter), Some(max_size), Some(sweep_ms), Some(absent_ttl_ms), Some(name), Some(krate))
-            if errors.0.is_empty() =>
+    match (kind, ttl_ms, coherence, name, krate) {
+        (Some(kind), Some(ttl_ms), Some(coherence), Some(name), Some(krate))
+            if errors.is_empty() =>
         {
-            Ok(Decl { kind, ttl_ms, coherence, jitter, max_size, sweep_ms, absent_ttl_ms, name, krate })
+            Ok(Decl {
+                kind,
+                ttl_ms,
+                coherence,
+                jitter,
+                max_size,
+                sweep_ms,
+                absent_ttl_ms,
+                name,
+                krate,
+            })
         }
-        _ => Err(errors.0),
+        (.., krate) => Err(Invalid {
+            errors: errors.into_sorted(),
+            krate,
+        }),
     }
+}
+
+/// The literal of a required key. A missing key is recorded, unless the
+/// list could not be read to its end or an unknown key was taken for it.
+fn required<'a>(
+    args: &Args,
+    value: &'a Value,
+    name: &str,
+    errors: &mut Errors,
+) -> Option<(At, &'a Lit)> {
+    let excused = !args.complete || args.guessed.contains(&name);
+    if matches!(value, Value::Absent) && !excused {
+        let message = format!(
+            "#[near_cache] needs `{name}`, {}: add {}",
+            attr::key(name).meaning,
+            attr::example(name)
+        );
+        errors.push(At::Attribute, syn::Error::new(Span::call_site(), message));
+    }
+    value.lit()
 }
 
 fn check_item(input: &DeriveInput, errors: &mut Errors) {
     if let Data::Union(union) = &input.data {
-        errors.push(
-            union.union_token.span,
-            "#[near_cache] goes on a struct or an enum, not on a union",
+        let (union_token, ident) = (union.union_token, &input.ident);
+        let error = syn::Error::new_spanned(
+            quote::quote!(#union_token #ident),
+            "#[near_cache] goes on a struct or an enum, not on a union: cached values \
+             are serialized, and serde does not serialize unions",
         );
+        errors.push(At::Item, error);
     }
     if !input.generics.params.is_empty() {
-        errors.push(
-            syn::spanned::Spanned::span(&input.generics),
-            "#[near_cache] goes on a type without generic parameters: a table holds one concrete type",
+        let error = syn::Error::new_spanned(
+            &input.generics,
+            "#[near_cache] goes on a type without generic parameters: a table holds \
+             the values of one concrete type",
         );
+        errors.push(At::Item, error);
     }
 }
 
-fn required<T>(value: Option<T>, key: &str, what: &str, span: Span, errors: &mut Errors) -> Option<T> {
-    if value.is_none() {
-        errors.push(span, format!("missing `{key}`: {what}"));
-    }
-    value
-}
-
-/// `Some(None)` when absent, `Some(Some(v))` when valid, `None` when not.
-fn optional<T>(value: Option<syn::Result<T>>, errors: &mut Errors) -> Option<Option<T>> {
-    match value {
-        None => Some(None),
-        Some(result) => errors.check(result).map(Some),
+/// The value of a key that takes a string.
+fn string<'a>(lit: &'a Lit, key: &str) -> syn::Result<&'a LitStr> {
+    match lit {
+        Lit::Str(string) => Ok(string),
+        other => Err(syn::Error::new(
+            other.span(),
+            format!("`{key}` takes a string, like {}", attr::example(key)),
+        )),
     }
 }
 
-fn kind(lit: &LitStr) -> syn::Result<String> {
+fn kind(lit: &Lit) -> syn::Result<String> {
+    let lit = string(lit, "kind")?;
     let kind = lit.value();
     if kind.len() == 3 && kind.bytes().all(|b| b.is_ascii_uppercase()) {
-        Ok(kind)
-    } else {
-        Err(syn::Error::new(
-            lit.span(),
-            format!("kind must be exactly three uppercase ASCII letters, like \"GAM\"; found {:?}", kind),
-        ))
+        return Ok(kind);
     }
+    let upper = kind.to_ascii_uppercase();
+    let rule = "a kind is three uppercase ASCII letters";
+    let message = if upper.len() == 3 && upper.bytes().all(|b| b.is_ascii_uppercase()) {
+        format!("{rule}: did you mean \"{upper}\"?")
+    } else if kind.chars().count() == 3 {
+        format!("{rule}, like \"GAM\"; {kind:?} is not")
+    } else {
+        format!(
+            "{rule}, like \"GAM\"; {kind:?} has {}",
+            kind.chars().count()
+        )
+    };
+    Err(syn::Error::new(lit.span(), message))
 }
 
 fn integer(lit: &Lit, key: &str) -> syn::Result<u64> {
     match lit {
         Lit::Int(int) => int.base10_parse::<u64>().map_err(|_| {
-            syn::Error::new(int.span(), format!("{key} must be an integer from 0 to {}", u64::MAX))
+            syn::Error::new(
+                int.span(),
+                format!("`{key}` is at most {} (u64::MAX)", u64::MAX),
+            )
         }),
-        other => Err(syn::Error::new(other.span(), format!("{key} must be an integer, like 60_000"))),
+        // A number in quotes: say so rather than just "wrong type".
+        Lit::Str(string) if string.value().replace('_', "").parse::<u64>().is_ok() => {
+            Err(syn::Error::new(
+                string.span(),
+                format!(
+                    "`{key}` takes an integer, not a string: write `{key} = {}`, without the quotes",
+                    string.value()
+                ),
+            ))
+        }
+        other => Err(syn::Error::new(
+            other.span(),
+            format!("`{key}` takes an integer, like {}", attr::example(key)),
+        )),
     }
 }
 
 fn positive(lit: &Lit, key: &str) -> syn::Result<u64> {
     match integer(lit, key)? {
-        0 => Err(syn::Error::new(lit.span(), format!("{key} may not be 0"))),
+        0 => Err(syn::Error::new(
+            lit.span(),
+            format!("`{key}` may not be 0: it is {}", attr::key(key).meaning),
+        )),
         value => Ok(value),
     }
 }
@@ -152,43 +235,103 @@ fn jitter(lit: &Lit) -> syn::Result<f64> {
     let value = match lit {
         Lit::Float(float) => float.base10_parse::<f64>()?,
         Lit::Int(int) => int.base10_parse::<f64>()?,
-        other => return Err(syn::Error::new(other.span(), "jitter must be a number, like 0.1")),
+        other => {
+            return Err(syn::Error::new(
+                other.span(),
+                format!("`jitter` takes a number, like {}", attr::example("jitter")),
+            ));
+        }
     };
     if (0.0..=0.5).contains(&value) {
         Ok(value)
     } else {
         Err(syn::Error::new(
             lit.span(),
-            format!("jitter must be between 0.0 and 0.5 (a fraction of ttl_ms); found {value}"),
+            format!(
+                "`jitter` is from 0.0 to 0.5, not {value}: a row's expiry is drawn from \
+                 ttl_ms ± ttl_ms × jitter"
+            ),
         ))
     }
 }
 
-fn coherence(lit: &LitStr) -> syn::Result<&'static str> {
+fn coherence(lit: &Lit) -> syn::Result<&'static str> {
+    let lit = string(lit, "coherence")?;
     let mode = lit.value();
-    COHERENCE
-        .iter()
-        .find(|(name, _)| *name == mode)
-        .map(|(_, variant)| *variant)
-        .ok_or_else(|| {
-            let modes: Vec<&str> = COHERENCE.iter().map(|(name, _)| *name).collect();
-            syn::Error::new(
-                lit.span(),
-                format!("unknown coherence mode {mode:?}; expected one of: {}", modes.join(", ")),
-            )
-        })
+    if let Some((_, variant)) = COHERENCE.iter().find(|(name, _)| *name == mode) {
+        return Ok(variant);
+    }
+    let modes: Vec<&str> = COHERENCE.iter().map(|(name, _)| *name).collect();
+    let guess = match hint::closest(&mode, &modes) {
+        Some(guess) => format!(": did you mean \"{guess}\"?"),
+        None => String::new(),
+    };
+    Err(syn::Error::new(
+        lit.span(),
+        format!(
+            "unknown coherence mode {mode:?}{guess}\n\
+             the modes are: {}",
+            modes.join(", ")
+        ),
+    ))
 }
 
-fn table_name(lit: &LitStr) -> syn::Result<String> {
+/// Whether `name` is a valid table name: `[a-z0-9_]+`.
+fn is_table_name(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+}
+
+fn table_name(lit: &Lit) -> syn::Result<String> {
+    let lit = string(lit, "name")?;
     let name = lit.value();
-    if !name.is_empty() && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_') {
-        Ok(name)
-    } else {
-        Err(syn::Error::new(
-            lit.span(),
-            format!("a table name is lowercase ASCII letters, digits and `_`; found {name:?}"),
-        ))
+    if is_table_name(&name) {
+        return Ok(name);
     }
+    let fixed: String = snake_case(&name)
+        .chars()
+        .filter(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_')
+        .collect();
+    let guess = if is_table_name(&fixed) {
+        format!(": did you mean \"{fixed}\"?")
+    } else {
+        String::new()
+    };
+    Err(syn::Error::new(
+        lit.span(),
+        format!("a table name is lowercase ASCII letters, digits and `_`; {name:?} is not{guess}"),
+    ))
+}
+
+/// The table name of a type that declared none: its name in snake case.
+fn derived_name(input: &DeriveInput) -> syn::Result<String> {
+    let name = snake_case(&input.ident.to_string());
+    if is_table_name(&name) {
+        return Ok(name);
+    }
+    Err(syn::Error::new(
+        input.ident.span(),
+        format!(
+            "this type's name gives the table name {name:?}, but a table name is lowercase \
+             ASCII letters, digits and `_`: name the table with `name = \"...\"`"
+        ),
+    ))
+}
+
+fn krate(lit: &Lit) -> syn::Result<syn::Path> {
+    let lit = string(lit, "crate")?;
+    lit.parse::<syn::Path>().map_err(|_| {
+        syn::Error::new(
+            lit.span(),
+            format!(
+                "`crate` is the path of the echo_cache crate, like {}; {:?} is not a path",
+                attr::example("crate"),
+                lit.value()
+            ),
+        )
+    })
 }
 
 /// `GameSession` → `game_session`, `HTTPRoute` → `http_route`.
@@ -199,7 +342,10 @@ fn snake_case(ident: &str) -> String {
         if c.is_ascii_uppercase() && i > 0 {
             let prev = chars[i - 1];
             let next_lower = chars.get(i + 1).is_some_and(char::is_ascii_lowercase);
-            if prev.is_ascii_lowercase() || prev.is_ascii_digit() || (prev.is_ascii_uppercase() && next_lower) {
+            if prev.is_ascii_lowercase()
+                || prev.is_ascii_digit()
+                || (prev.is_ascii_uppercase() && next_lower)
+            {
                 out.push('_');
             }
         }

@@ -1,0 +1,33 @@
+// Every key of #[near_cache], each with a value other than its default.
+use echo_cache::{Cached, Coherence, near_cache};
+
+#[near_cache(
+    kind = "GAM",
+    ttl_ms = 600_000,
+    coherence = "durable",
+    jitter = 0.25,
+    max_size = 50_000,
+    sweep_ms = 500,
+    absent_ttl_ms = 5_000,
+    name = "games",
+    crate = "::echo_cache"
+)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub struct Game {
+    pub secret: String,
+}
+
+fn main() {
+    let spec = Game::spec();
+    assert_eq!(spec.kind().as_str(), "GAM");
+    assert_eq!(Game::KIND, spec.kind());
+    assert_eq!(spec.ttl_ms(), 600_000);
+    assert_eq!(spec.coherence(), Coherence::Durable);
+    assert!((spec.jitter() - 0.25).abs() < f64::EPSILON);
+    assert_eq!(spec.max_size(), 50_000);
+    assert_eq!(spec.sweep_ms(), 500);
+    assert_eq!(spec.absent_ttl_ms(), 5_000);
+    assert_eq!(spec.name(), "games");
+    assert!(spec.type_name().ends_with("::Game"), "{}", spec.type_name());
+    assert!(echo_cache::declared().contains(&spec));
+}

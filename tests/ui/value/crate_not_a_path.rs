@@ -1,0 +1,10 @@
+// `crate` is a path.
+use echo_cache::near_cache;
+
+#[near_cache(kind = "GAM", ttl_ms = 60_000, crate = "echo cache")]
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Game {
+    secret: String,
+}
+
+fn main() {}

@@ -1,0 +1,10 @@
+// A kind is exactly three letters.
+use echo_cache::near_cache;
+
+#[near_cache(kind = "GAME", ttl_ms = 60_000)]
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Game {
+    secret: String,
+}
+
+fn main() {}
