@@ -316,8 +316,7 @@ impl Builder {
     /// - `/db` selects a database (`SELECT db`, default 0) on every
     ///   connection.
     /// - `rediss://` verifies the server's certificate against the system's
-    ///   root certificates, or those given to
-    ///   [`l2_tls_root`](Self::l2_tls_root).
+    ///   root certificates, or those given to `l2_tls_root` (`tls` feature).
     ///
     /// [`build`](Self::build) only checks the URL: the connection is made on
     /// first use and remade by itself after a failure. A server that is

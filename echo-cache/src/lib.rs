@@ -109,6 +109,49 @@
 //!   for the `redis` crate's cluster client without touching the data path.
 //!   This version connects to one server.
 //!
+//! # Connecting to L2
+//!
+//! [`Builder::l2`] takes the server's URL; [`Builder::build`] only checks
+//! it:
+//!
+//! | URL | connects |
+//! |---|---|
+//! | `redis://host:6379` | over TCP, database 0, no login |
+//! | `redis://:password@host:6379` | as the `default` user (`requirepass`) |
+//! | `redis://user:password@host:6379` | as an ACL user (`AUTH user password`) |
+//! | `redis://host:6379/3` | to database 3 (`SELECT 3` on every connection) |
+//! | `rediss://user:password@host:6380/3` | the same over TLS (the `tls` feature) |
+//!
+//! Percent-encode reserved characters (`@ : / ? #`) in the user and the
+//! password; error messages mask the password. An ACL user needs the
+//! cache's keys and channels and the commands it sends, e.g.
+//! `ACL SETUSER app on >secret ~ecc:* &ecc:* +@all`.
+//!
+//! **TLS.** `rediss://` needs the cargo feature `tls` (rustls, through the
+//! `redis` crate); without it `build` fails with [`Error::Config`]. The
+//! server's certificate must verify against the system's root certificates
+//! and name the URL's host; for a private CA, give its certificate to
+//! `Builder::l2_tls_root` (PEM). Client certificates and `#insecure` (no
+//! verification) are not offered. rustls needs a crypto provider: if the
+//! process has none installed when a `rediss://` cache is built, the cache
+//! installs rustls' `ring` provider (which the feature builds) as the
+//! process default; to use another, install it before building the cache.
+//!
+//! **Lazy connection.** `build` sends nothing: the first L2 operation
+//! connects, from the Tokio runtime, and a lost connection is remade by
+//! itself. So a wrong password, an unknown user, a database the server does
+//! not have, a certificate that does not verify or a server that is not
+//! there yet does not fail `build` (it could not, without a round trip at
+//! start-up, and a service that cannot start while its cache server is
+//! away would turn an L2 outage into its own). Each is an L2 failure like
+//! an outage: every fetch is answered by the loader within the L2 timeout,
+//! no error reaches the caller, [`Stats::l2_errors`] and
+//! [`Stats::l2_writes_dropped`] count it, and a `tracing` warning names the
+//! cause. A refused login or TLS handshake counts as an outage for the
+//! breaker ([`Health::L2Down`] in [`Cache::tables`]): one probe per
+//! [`Builder::l2_probe_every`] until the server lets the cache in. Watch
+//! those counters (or the health) to catch a bad credential.
+//!
 //! # Coherence
 //!
 //! A table declares how a write on one node reaches the others' L1

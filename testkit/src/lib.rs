@@ -268,6 +268,15 @@ fn major_version(version: &str) -> Option<u32> {
 pub struct RedisServerBuilder {
     args: Vec<OsString>,
     startup_timeout: Duration,
+    tls: Option<TlsFiles>,
+}
+
+/// The PEM files of a TLS listener; see [`RedisServerBuilder::tls`].
+#[derive(Debug, Clone)]
+struct TlsFiles {
+    cert: Vec<u8>,
+    key: Vec<u8>,
+    ca: Vec<u8>,
 }
 
 impl RedisServerBuilder {
@@ -299,6 +308,28 @@ impl RedisServerBuilder {
     /// (default [`DEFAULT_STARTUP_TIMEOUT`]).
     pub fn startup_timeout(mut self, timeout: Duration) -> Self {
         self.startup_timeout = timeout;
+        self
+    }
+
+    /// Also serves TLS, on a second reserved loopback port
+    /// ([`RedisServer::tls_port`], [`RedisServer::tls_url`]), with the
+    /// certificate (chain) `cert_pem`, its private key `key_pem` and the CA
+    /// `ca_pem`, all PEM (written to the temp dir). Clients are not asked
+    /// for a certificate (`--tls-auth-clients no`). The plain port stays
+    /// open: the readiness probe and the helpers ([`ping`](RedisServer::ping),
+    /// [`query`](RedisServer::query), [`connection`](RedisServer::connection))
+    /// use it. The server binary must be built with TLS (Debian's is).
+    pub fn tls(
+        mut self,
+        cert_pem: impl Into<Vec<u8>>,
+        key_pem: impl Into<Vec<u8>>,
+        ca_pem: impl Into<Vec<u8>>,
+    ) -> Self {
+        self.tls = Some(TlsFiles {
+            cert: cert_pem.into(),
+            key: key_pem.into(),
+            ca: ca_pem.into(),
+        });
         self
     }
 
@@ -348,6 +379,20 @@ impl RedisServerBuilder {
             .args
             .windows(2)
             .any(|flag| flag[0] == "--cluster-enabled" && flag[1].eq_ignore_ascii_case("yes"));
+        if let Some(tls) = &self.tls {
+            for (flag, name, pem) in [
+                ("--tls-cert-file", "tls-cert.pem", &tls.cert),
+                ("--tls-key-file", "tls-key.pem", &tls.key),
+                ("--tls-ca-cert-file", "tls-ca.pem", &tls.ca),
+            ] {
+                let path = dir.path().join(name);
+                fs::write(&path, pem).map_err(|e| Error::io(format_args!("writing {name}"), e))?;
+                args.push(flag.into());
+                args.push(path.into());
+            }
+            args.push("--tls-auth-clients".into());
+            args.push("no".into());
+        }
         args.extend(self.args);
 
         let mut last = None;
@@ -355,6 +400,17 @@ impl RedisServerBuilder {
             let reservation =
                 reserve_port(cluster).map_err(|e| Error::io("choosing a free loopback port", e))?;
             let port = reservation.port;
+            let mut args = args.clone();
+            let tls_reservation = match self.tls {
+                Some(_) => {
+                    let tls = reserve_port(false)
+                        .map_err(|e| Error::io("choosing a free loopback port for TLS", e))?;
+                    args.push("--tls-port".into());
+                    args.push(tls.port.to_string().into());
+                    Some(tls)
+                }
+                None => None,
+            };
             let spec = Spec {
                 binary: &binary.path,
                 args: &args,
@@ -367,6 +423,8 @@ impl RedisServerBuilder {
                     return Ok(RedisServer {
                         port,
                         _reservation: reservation,
+                        tls_port: tls_reservation.as_ref().map(|r| r.port),
+                        _tls_reservation: tls_reservation,
                         binary: binary.path,
                         version: binary.version,
                         args,
@@ -401,6 +459,7 @@ impl Default for RedisServerBuilder {
         Self {
             args: Vec::new(),
             startup_timeout: DEFAULT_STARTUP_TIMEOUT,
+            tls: None,
         }
     }
 }
@@ -419,6 +478,9 @@ pub struct RedisServer {
     state: Mutex<State>,
     /// Keeps other fixtures off the port while the server is down.
     _reservation: Reservation,
+    /// The TLS port, if [`RedisServerBuilder::tls`] asked for one.
+    tls_port: Option<u16>,
+    _tls_reservation: Option<Reservation>,
     // Last, so it is removed after `Drop::drop` has killed the server.
     dir: TempDir,
 }
@@ -461,6 +523,22 @@ impl RedisServer {
     /// `redis://127.0.0.1:<port>` (database 0, no credentials).
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// The TLS port on `127.0.0.1` (kept across [`restart`](Self::restart)),
+    /// if the server was started with [`RedisServerBuilder::tls`].
+    pub fn tls_port(&self) -> Option<u16> {
+        self.tls_port
+    }
+
+    /// `rediss://127.0.0.1:<tls port>` (database 0, no credentials); panics
+    /// if the server was not started with [`RedisServerBuilder::tls`].
+    #[track_caller]
+    pub fn tls_url(&self) -> String {
+        let port = self
+            .tls_port
+            .expect("tls_url: the server was not started with tls()");
+        format!("rediss://127.0.0.1:{port}")
     }
 
     /// The server binary that runs (`valkey-server` or `redis-server`).

@@ -227,13 +227,14 @@ fn client(url: &str, tls_root: Option<&[u8]>) -> Result<redis::Client, String> {
             e.to_string()
         }
     })?;
+    // Without the feature a TLS address does not parse.
+    #[cfg(feature = "tls")]
     if let redis::ConnectionAddr::TcpTls { insecure, .. } = client.get_connection_info().addr() {
         if *insecure {
             return Err("#insecure (no certificate check) is not supported; \
                         give the server's CA with Builder::l2_tls_root"
                 .to_owned());
         }
-        #[cfg(feature = "tls")]
         if rustls::crypto::CryptoProvider::get_default().is_none() {
             // The program chose no rustls crypto provider: ring, which the
             // `tls` feature builds. Losing a race to another installer is as
@@ -354,5 +355,27 @@ impl Warning {
         } else {
             self.suppressed.fetch_add(1, Relaxed);
         }
+    }
+}
+
+#[cfg(test)]
+mod connect_tests {
+    use super::redacted;
+
+    #[test]
+    fn credentials_are_masked_in_messages() {
+        assert_eq!(redacted("redis://app:pw@h:1/3"), "redis://app:***@h:1/3");
+        assert_eq!(redacted("redis://:pw@h"), "redis://:***@h");
+        assert_eq!(redacted("rediss://pw@h"), "rediss://***@h");
+        assert_eq!(redacted("redis://app:p@w@h"), "redis://app:***@h");
+        assert_eq!(redacted("redis://h:1/3"), "redis://h:1/3");
+        assert_eq!(redacted("not a url"), "not a url");
+    }
+
+    #[cfg(not(feature = "tls"))]
+    #[test]
+    fn rediss_needs_the_tls_feature() {
+        let error = super::client("rediss://127.0.0.1:6380", None).unwrap_err();
+        assert!(error.contains("`tls` feature"), "{error}");
     }
 }
