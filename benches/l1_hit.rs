@@ -1,1 +1,524 @@
-fn main() {}
+//! An L1 hit, side by side: what one read of a cached value costs in
+//! echo-cache, in its peers and in a plain read-only map.
+//!
+//! # What runs
+//!
+//! 100,000 ids are cached in each engine, each value an `Arc` of a struct
+//! holding a `String`; every engine is big enough that nothing is evicted
+//! (checked before and after). Every lookup is a hit:
+//!
+//! - `echo-cache`: `cache.fetch(id)` polled once with a no-op waker. A hit
+//!   is `Ready` on the first poll (asserted in setup for every id): the
+//!   expiry check, the striped hit counter and the `Arc` handed out in a
+//!   `Fetched`, all included.
+//! - `quick_cache`: `quick_cache::sync::Cache::get`.
+//! - `moka`: `moka::sync::Cache::get` (no TTL set: moka's cheapest hit).
+//! - `floor`: `HashMap::get(..).cloned()` on a map no one writes.
+//!
+//! All four hash with foldhash (`foldhash::fast::RandomState`, the hasher
+//! echo-cache uses inside). The peers are keyed by the `u64` payload of the
+//! same ids echo-cache is read with; every engine owns its own values
+//! (allocated as it is filled) and returns (clones, then drops) an `Arc`.
+//!
+//! Key patterns, each a precomputed sequence of 2^18 keys per thread:
+//! `uniform` over the 100,000 ids, `zipf` (s = 1.0, ranks scattered over the
+//! ids by a fixed shuffle) and `hot` (uniform over 1,000 of the ids). Each
+//! pattern runs on 1 thread and on 2 threads (scoped threads started
+//! together, each on its own sequence, each doing the same number of
+//! lookups).
+//!
+//! # How to read it
+//!
+//! Criterion groups are named `PATTERN/THREADSt`, with the four engines one
+//! after another in each group, so the ratios within a group come from the
+//! same minute of the same run. With 1 thread the time is per lookup; with
+//! 2 threads it is per pair of lookups (one on each thread, the slower
+//! thread's time), and the throughput line gives lookups per second across
+//! both threads. The 2-thread scaling is `2 × t(1t) / t(2t)`.
+//!
+//! After criterion, the bench does its own pass, interleaving the engines
+//! round-robin over several rounds and keeping each one's median, prints a
+//! table of ratios (echo/quick_cache, moka/echo, echo/floor, 2-thread
+//! scaling) against the targets of issue 2, with the load average, and
+//! writes it to `target/echo-bench-summary.txt`. On a loaded or small
+//! machine the numbers are noisy; read the load next to them.
+//!
+//! ```sh
+//! cargo bench --bench l1_hit            # everything, a few minutes
+//! cargo bench --bench l1_hit -- zipf/1t # one group (the summary still runs)
+//! ```
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::future::Future;
+use std::hint::black_box;
+use std::path::PathBuf;
+use std::pin::pin;
+use std::sync::{Arc, Barrier};
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+use criterion::{Criterion, Throughput};
+use echo_cache::{Cache, Id, Source, near_cache};
+
+type Hasher = foldhash::fast::RandomState;
+
+/// Ids cached in every engine.
+const IDS: usize = 100_000;
+/// Ids in the hot set.
+const HOT: usize = 1_000;
+/// Keys in each precomputed sequence (a power of two).
+const SEQ_LEN: usize = 1 << 18;
+/// The zipf exponent.
+const ZIPF_S: f64 = 1.0;
+/// Rounds of the summary pass, and lookups per thread in each.
+const ROUNDS: usize = 7;
+const BATCH: u64 = 1 << 20;
+
+/// The cached entity.
+#[near_cache(
+    kind = "ENT",
+    ttl_ms = 3_600_000,
+    coherence = "none",
+    max_size = 200_000
+)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub struct Entity {
+    /// Some payload, so a value is more than its key.
+    pub name: String,
+}
+
+/// One key sequence per thread.
+type Keys = Box<[u64; SEQ_LEN]>;
+
+/// A key pattern: its name and a sequence for each of the two threads.
+struct Pattern {
+    name: &'static str,
+    seqs: [Keys; 2],
+}
+
+/// Something that answers a hit for a key.
+trait Engine: Sync {
+    fn hit(&self, key: u64);
+}
+
+struct Echo(Cache);
+struct Quick(quick_cache::sync::Cache<u64, Arc<Entity>, quick_cache::UnitWeighter, Hasher>);
+struct Moka(moka::sync::Cache<u64, Arc<Entity>, Hasher>);
+struct Floor(HashMap<u64, Arc<Entity>, Hasher>);
+
+impl Engine for Echo {
+    #[inline]
+    fn hit(&self, key: u64) {
+        let mut fetch = pin!(self.0.fetch(Id::<Entity>::from_payload(key)));
+        drop(black_box(
+            fetch.as_mut().poll(&mut Context::from_waker(Waker::noop())),
+        ));
+    }
+}
+
+impl Engine for Quick {
+    #[inline]
+    fn hit(&self, key: u64) {
+        black_box(self.0.get(&key));
+    }
+}
+
+impl Engine for Moka {
+    #[inline]
+    fn hit(&self, key: u64) {
+        black_box(self.0.get(&key));
+    }
+}
+
+impl Engine for Floor {
+    #[inline]
+    fn hit(&self, key: u64) {
+        black_box(self.0.get(&key).cloned());
+    }
+}
+
+/// `n` lookups of `engine` along `keys`, timed.
+#[inline(never)]
+fn run<E: Engine>(engine: &E, keys: &[u64; SEQ_LEN], n: u64) -> Duration {
+    let start = Instant::now();
+    for i in 0..n {
+        #[allow(clippy::cast_possible_truncation)]
+        engine.hit(keys[i as usize & (SEQ_LEN - 1)]);
+    }
+    start.elapsed()
+}
+
+/// `n` lookups on each of `threads` threads (1 or 2) started together; the
+/// slowest thread's time.
+fn timed<E: Engine>(engine: &E, seqs: &[Keys; 2], threads: usize, n: u64) -> Duration {
+    if threads == 1 {
+        return run(engine, &seqs[0], n);
+    }
+    let barrier = Barrier::new(threads);
+    std::thread::scope(|scope| {
+        let workers: Vec<_> = seqs[..threads]
+            .iter()
+            .map(|keys| {
+                let barrier = &barrier;
+                scope.spawn(move || {
+                    barrier.wait();
+                    run(engine, keys, n)
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|worker| worker.join().expect("a bench thread panicked"))
+            .max()
+            .expect("at least one thread")
+    })
+}
+
+/// A contender: a name and its timed loop.
+type Contender<'a> = (
+    &'static str,
+    Box<dyn Fn(&[Keys; 2], usize, u64) -> Duration + 'a>,
+);
+
+fn contender<'a, E: Engine>(name: &'static str, engine: &'a E) -> Contender<'a> {
+    (
+        name,
+        Box::new(move |seqs, threads, n| timed(engine, seqs, threads, n)),
+    )
+}
+
+/// SplitMix64: enough randomness for key sequences, no dependency.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `0..n`.
+    #[allow(clippy::cast_possible_truncation)]
+    fn below(&mut self, n: usize) -> usize {
+        ((u128::from(self.next()) * n as u128) >> 64) as usize
+    }
+
+    /// Uniform in `[0, 1)`.
+    #[allow(clippy::cast_precision_loss)]
+    fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+fn sequence(mut draw: impl FnMut() -> u64) -> Keys {
+    let keys: Vec<u64> = (0..SEQ_LEN).map(|_| draw()).collect();
+    keys.into_boxed_slice()
+        .try_into()
+        .expect("SEQ_LEN keys were drawn")
+}
+
+/// The three patterns over `ids`, two threads' sequences each.
+fn patterns(ids: &[u64]) -> Vec<Pattern> {
+    let mut rng = Rng(0x00EC_40CA_C4E0);
+    // A fixed shuffle: zipf ranks and the hot set land anywhere in the table.
+    let mut shuffled = ids.to_vec();
+    for i in (1..shuffled.len()).rev() {
+        shuffled.swap(i, rng.below(i + 1));
+    }
+    // Inverse CDF of zipf(s) over ranks 1..=IDS.
+    let mut total = 0.0;
+    let cdf: Vec<f64> = (1..=IDS)
+        .map(|rank| {
+            #[allow(clippy::cast_precision_loss)]
+            let weight = (rank as f64).powf(-ZIPF_S);
+            total += weight;
+            total
+        })
+        .collect();
+    let zipf = |rng: &mut Rng| {
+        let u = rng.unit() * total;
+        shuffled[cdf.partition_point(|&c| c <= u).min(IDS - 1)]
+    };
+    let two = |rng: &mut Rng, draw: &dyn Fn(&mut Rng) -> u64| {
+        [sequence(|| draw(rng)), sequence(|| draw(rng))]
+    };
+    vec![
+        Pattern {
+            name: "uniform",
+            seqs: two(&mut rng, &|rng| ids[rng.below(IDS)]),
+        },
+        Pattern {
+            name: "zipf",
+            seqs: two(&mut rng, &zipf),
+        },
+        Pattern {
+            name: "hot",
+            seqs: two(&mut rng, &|rng| shuffled[rng.below(HOT)]),
+        },
+    ]
+}
+
+/// Polls `future` once with a no-op waker.
+fn poll_once<F: Future>(future: F) -> Poll<F::Output> {
+    pin!(future)
+        .as_mut()
+        .poll(&mut Context::from_waker(Waker::noop()))
+}
+
+fn entity(i: usize) -> Entity {
+    Entity {
+        name: format!("entity number {i}"),
+    }
+}
+
+fn echo(ids: &[u64]) -> Echo {
+    let cache = Cache::builder().build().expect("the cache builds");
+    for (i, &key) in ids.iter().enumerate() {
+        let put = poll_once(cache.put(Id::<Entity>::from_payload(key), entity(i)));
+        assert!(matches!(put, Poll::Ready(Ok(_))), "a put is ready at once");
+    }
+    check_echo(&cache, ids);
+    Echo(cache)
+}
+
+/// Every id is a hit, ready on the first poll, and nothing was skipped.
+fn check_echo(cache: &Cache, ids: &[u64]) {
+    for (i, &key) in ids.iter().enumerate() {
+        match poll_once(cache.fetch(Id::<Entity>::from_payload(key))) {
+            Poll::Ready(Ok(hit)) => {
+                assert_eq!(hit.source(), Source::Hit);
+                assert_eq!(hit.name, entity(i).name);
+            }
+            Poll::Ready(Err(e)) => panic!("echo-cache: a hit failed: {e}"),
+            Poll::Pending => panic!("echo-cache: a hit was not ready on its first poll"),
+        }
+    }
+    let stats = cache.stats::<Entity>();
+    assert_eq!(stats.size, IDS as u64, "echo-cache kept every id");
+    assert_eq!(stats.full_skips, 0, "echo-cache skipped nothing");
+    assert_eq!(stats.misses, 0, "echo-cache missed nothing");
+}
+
+fn check_peers(quick: &Quick, moka: &Moka, floor: &Floor, ids: &[u64]) {
+    moka.0.run_pending_tasks();
+    assert_eq!(moka.0.entry_count(), IDS as u64, "moka kept every id");
+    assert_eq!(quick.0.len(), IDS, "quick_cache kept every id");
+    for key in ids {
+        assert!(quick.0.get(key).is_some(), "quick_cache: a hit");
+        assert!(moka.0.get(key).is_some(), "moka: a hit");
+        assert!(floor.0.contains_key(key), "floor: a hit");
+    }
+}
+
+fn criterion_groups(c: &mut Criterion, patterns: &[Pattern], contenders: &[Contender<'_>]) {
+    for pattern in patterns {
+        for threads in [1, 2] {
+            let mut group = c.benchmark_group(format!("{}/{threads}t", pattern.name));
+            group.throughput(Throughput::Elements(threads as u64));
+            for (name, time) in contenders {
+                group.bench_function(*name, |b| {
+                    b.iter_custom(|iters| time(&pattern.seqs, threads, iters));
+                });
+            }
+            group.finish();
+        }
+    }
+}
+
+/// Nanoseconds per lookup (per pair of lookups with 2 threads), the median
+/// over `ROUNDS` rounds, engines interleaved round-robin from a rotating
+/// start. Indexed `[contender]`.
+fn medians(pattern: &Pattern, threads: usize, contenders: &[Contender<'_>]) -> Vec<f64> {
+    let mut samples = vec![Vec::with_capacity(ROUNDS); contenders.len()];
+    for round in 0..ROUNDS {
+        for k in 0..contenders.len() {
+            let which = (round + k) % contenders.len();
+            let elapsed = (contenders[which].1)(&pattern.seqs, threads, BATCH);
+            #[allow(clippy::cast_precision_loss)]
+            samples[which].push(elapsed.as_nanos() as f64 / BATCH as f64);
+        }
+    }
+    samples
+        .into_iter()
+        .map(|mut s| {
+            s.sort_by(f64::total_cmp);
+            s[s.len() / 2]
+        })
+        .collect()
+}
+
+fn load() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".to_owned())
+}
+
+fn verdict(met: bool) -> &'static str {
+    if met { "met" } else { "MISSED" }
+}
+
+/// The summary pass and its table. Contenders: echo, quick_cache, moka, floor.
+fn summary(patterns: &[Pattern], contenders: &[Contender<'_>]) -> String {
+    let load_before = load();
+    let mut out = String::new();
+    let cpus = std::thread::available_parallelism().map_or(0, std::num::NonZero::get);
+    let _ = writeln!(
+        out,
+        "echo-cache L1 hit summary: median of {ROUNDS} interleaved rounds of {BATCH} lookups per thread\n\
+         ns per lookup (2t: per pair of lookups, one per thread); {cpus} CPUs; load average before: {load_before}\n"
+    );
+    let _ = writeln!(
+        out,
+        "{:<12} {:>8} {:>11} {:>8} {:>8} | {:>8} {:>9} {:>10}",
+        "scenario", "echo", "quick_cache", "moka", "floor", "echo/qc", "moka/echo", "echo/floor"
+    );
+    let mut targets = Vec::new();
+    // Per pattern: its name and each contender's 2-thread scaling.
+    let mut scalings: Vec<(&str, Vec<f64>)> = Vec::new();
+    for pattern in patterns {
+        let mut one_thread = Vec::new();
+        for threads in [1, 2] {
+            let ns = medians(pattern, threads, contenders);
+            let (echo, quick, moka, floor) = (ns[0], ns[1], ns[2], ns[3]);
+            let _ = writeln!(
+                out,
+                "{:<12} {echo:>8.1} {quick:>11.1} {moka:>8.1} {floor:>8.1} | {:>8.2} {:>9.1} {:>10.2}",
+                format!("{}/{threads}t", pattern.name),
+                echo / quick,
+                moka / echo,
+                echo / floor,
+            );
+            targets.push(format!(
+                "{}/{threads}t: echo/qc {:.2} <= 1.00 {}; moka/echo {:.1} >= 8 {}; echo/floor {:.2} <= 1.5 {}",
+                pattern.name,
+                echo / quick,
+                verdict(echo <= quick),
+                moka / echo,
+                verdict(moka >= 8.0 * echo),
+                echo / floor,
+                verdict(echo <= 1.5 * floor),
+            ));
+            if threads == 1 {
+                one_thread = ns;
+            } else {
+                let scaling: Vec<f64> = one_thread
+                    .iter()
+                    .zip(&ns)
+                    .map(|(t1, t2)| 2.0 * t1 / t2)
+                    .collect();
+                targets.push(format!(
+                    "{}: echo 2-thread scaling {:.2}x >= 1.7x {}",
+                    pattern.name,
+                    scaling[0],
+                    verdict(scaling[0] >= 1.7)
+                ));
+                scalings.push((pattern.name, scaling));
+            }
+        }
+    }
+    let _ = writeln!(
+        out,
+        "\n2-thread scaling (lookups/s on 2 threads / on 1 = 2 x t1 / t2)\n{:<12} {:>8} {:>11} {:>8} {:>8}",
+        "pattern", "echo", "quick_cache", "moka", "floor"
+    );
+    for (name, scaling) in &scalings {
+        let _ = writeln!(
+            out,
+            "{name:<12} {:>7.2}x {:>10.2}x {:>7.2}x {:>7.2}x",
+            scaling[0], scaling[1], scaling[2], scaling[3]
+        );
+    }
+    let _ = writeln!(out, "\ntargets (issue 2):");
+    for line in targets {
+        let _ = writeln!(out, "  {line}");
+    }
+    let _ = writeln!(out, "\nload average after: {}", load());
+    out
+}
+
+/// `target/` (or `$CARGO_TARGET_DIR`): the bench runs from
+/// `<target>/release/deps/`.
+fn target_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("CARGO_TARGET_DIR") {
+        return dir.into();
+    }
+    std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.ancestors().nth(3).map(PathBuf::from))
+        .unwrap_or_else(|| PathBuf::from("target"))
+}
+
+fn main() {
+    let ids: Vec<u64> = (0..IDS).map(|_| Id::<Entity>::mint().payload()).collect();
+    let patterns = patterns(&ids);
+
+    let echo = echo(&ids);
+    let quick = Quick(quick_cache::sync::Cache::with(
+        2 * IDS,
+        2 * IDS as u64,
+        quick_cache::UnitWeighter,
+        Hasher::default(),
+        quick_cache::sync::DefaultLifecycle::default(),
+    ));
+    let moka = Moka(
+        moka::sync::Cache::builder()
+            .max_capacity(2 * IDS as u64)
+            .initial_capacity(IDS)
+            .build_with_hasher(Hasher::default()),
+    );
+    let mut map = HashMap::with_capacity_and_hasher(IDS, Hasher::default());
+    // Each engine owns its values, allocated as it is filled (as echo-cache
+    // does in `put`): no engine reads lines another one warmed.
+    for (i, &key) in ids.iter().enumerate() {
+        quick.0.insert(key, Arc::new(entity(i)));
+    }
+    for (i, &key) in ids.iter().enumerate() {
+        moka.0.insert(key, Arc::new(entity(i)));
+    }
+    for (i, &key) in ids.iter().enumerate() {
+        map.insert(key, Arc::new(entity(i)));
+    }
+    let floor = Floor(map);
+    check_peers(&quick, &moka, &floor, &ids);
+
+    let contenders = [
+        contender("echo-cache", &echo),
+        contender("quick_cache", &quick),
+        contender("moka", &moka),
+        contender("floor", &floor),
+    ];
+
+    let mut criterion = Criterion::default()
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(2))
+        .sample_size(20)
+        .nresamples(10_000)
+        .without_plots()
+        .configure_from_args();
+    criterion_groups(&mut criterion, &patterns, &contenders);
+    criterion.final_summary();
+
+    // The summary pass only when benchmarking (`cargo bench`), not when
+    // `cargo test --benches` runs each bench once.
+    let args: Vec<String> = std::env::args().collect();
+    let benchmarking = args.iter().any(|a| a == "--bench")
+        && !args
+            .iter()
+            .any(|a| a == "--test" || a == "--list" || a.starts_with("--profile-time"));
+    if benchmarking {
+        let table = summary(&patterns, &contenders);
+        println!("\n{table}");
+        let path = target_dir().join("echo-bench-summary.txt");
+        match std::fs::write(&path, &table) {
+            Ok(()) => println!("(written to {})", path.display()),
+            Err(e) => eprintln!("cannot write {}: {e}", path.display()),
+        }
+    }
+
+    // Still every id cached, and every echo-cache read was a hit.
+    check_echo(&echo.0, &ids);
+    check_peers(&quick, &moka, &floor, &ids);
+}
