@@ -1,0 +1,398 @@
+//! Coherence under concurrency, on one real server with two cache nodes:
+//! the stale-read checker of each mode, fills racing invalidations, and a
+//! node's own fills never evicting its own rows.
+
+mod coherence_support;
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use coherence_support::{
+    Broadcast, Entity, Row, Sor, Tracked, bounded, builder, eventually, l2_row, linked, node,
+};
+use echo_cache::{Cache, Id, RawId, Source};
+use echo_cache_testkit::RedisServer;
+use tokio::sync::{mpsc, oneshot};
+
+/// The delivery bound `D` of `tracking` and `broadcast` on loopback: a
+/// write acknowledged on one node is applied on every other node within it
+/// (see "Delivery bound" in `echo-cache/src/coherence/mod.rs`). A push or
+/// a message takes well under a millisecond on loopback; the bound is
+/// generous so that a loaded two-core CI machine, which may leave the
+/// link's task unscheduled for a while, does not fail the checker.
+const D: Duration = Duration::from_millis(100);
+
+/// How long the readers of the stale-read checker read.
+const RUN_FOR: Duration = Duration::from_millis(2_500);
+
+/// Ids written and read by the stale-read checker.
+const IDS: usize = 100;
+
+/// Reader tasks per node.
+const READERS: usize = 2;
+
+/// One read of the stale-read checker.
+#[derive(Clone, Copy, Debug)]
+struct Read {
+    node: usize,
+    id: usize,
+    began: Instant,
+    ended: Instant,
+    revision: u64,
+    source: Source,
+}
+
+/// A small xorshift: the ids and the operations of the checker.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: usize) -> usize {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        usize::try_from(self.0 % n as u64).expect("below n")
+    }
+}
+
+/// The stale-read checker of a mode. A writer bumps the revision of one of
+/// [`IDS`] ids in the system of record, then puts or invalidates it on node
+/// A, and records when that write was acknowledged; readers on both nodes
+/// fetch ids continuously for [`RUN_FOR`]. Then:
+///
+/// (a) no read returns a revision older than one whose write was
+///     acknowledged more than [`D`] before the read began;
+/// (b) on each node, revisions never go backwards: a read that began after
+///     another one ended returns a revision at least as new.
+async fn stale_read_checker<T: Entity>() {
+    let server = RedisServer::start();
+    let sor = Sor::default();
+    let nodes = [node(&server, &sor), node(&server, &sor)];
+    for node in &nodes {
+        linked(node).await;
+    }
+    let ids: Arc<Vec<Id<T>>> = Arc::new((0..IDS).map(|_| Id::mint()).collect());
+    let until = Instant::now() + RUN_FOR;
+
+    let writer = {
+        let (a, ids, sor) = (nodes[0].clone(), Arc::clone(&ids), sor.clone());
+        tokio::spawn(async move {
+            let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+            let mut acks: Vec<Vec<(u64, Instant)>> = vec![Vec::new(); IDS];
+            while Instant::now() < until {
+                let i = rng.below(IDS);
+                let revision = sor.bump(ids[i].raw());
+                if rng.below(2) == 0 {
+                    a.put(ids[i], T::at(revision)).await.expect("put");
+                } else {
+                    a.invalidate(ids[i]).await.expect("invalidate");
+                }
+                acks[i].push((revision, Instant::now()));
+                tokio::task::yield_now().await;
+            }
+            acks
+        })
+    };
+    let readers: Vec<_> = (0..nodes.len() * READERS)
+        .map(|r| {
+            let (node, ids) = (r % nodes.len(), Arc::clone(&ids));
+            let cache = nodes[node].clone();
+            tokio::spawn(async move {
+                let mut rng = Rng(0x2545_f491_4f6c_dd1d ^ (r as u64 + 1));
+                let mut reads = Vec::new();
+                while Instant::now() < until {
+                    let id = rng.below(IDS);
+                    let began = Instant::now();
+                    let fetched = cache.fetch(ids[id]).await.expect("fetch");
+                    reads.push(Read {
+                        node,
+                        id,
+                        began,
+                        ended: Instant::now(),
+                        revision: fetched.revision(),
+                        source: fetched.source(),
+                    });
+                    // A hit never yields by itself: let the links run.
+                    tokio::task::yield_now().await;
+                }
+                reads
+            })
+        })
+        .collect();
+
+    let acks = bounded("the writer", writer).await.expect("the writer");
+    let mut reads = Vec::new();
+    for reader in readers {
+        reads.extend(bounded("a reader", reader).await.expect("a reader"));
+    }
+    let writes: usize = acks.iter().map(Vec::len).sum();
+    assert!(writes >= 100, "only {writes} writes");
+    assert!(reads.len() >= 1_000, "only {} reads", reads.len());
+
+    let (lag, stale) = staleness(&acks, &reads);
+    let backwards = regressions(&reads, nodes.len());
+    let mode = T::spec().coherence();
+    let from = |source| reads.iter().filter(|r| r.source == source).count();
+    eprintln!(
+        "stale-read checker, {mode:?}: {writes} writes, {} reads \
+         ({} hits, {} from L2, {} fills), longest staleness {lag:?} (D = {D:?}), \
+         {} reads past D, {} regressions",
+        reads.len(),
+        from(Source::Hit),
+        from(Source::L2),
+        from(Source::Fill),
+        stale.len(),
+        backwards.len()
+    );
+    assert!(
+        stale.is_empty(),
+        "{mode:?}: {} reads returned a revision older than one acknowledged \
+         more than {D:?} before they began; first: {:?}",
+        stale.len(),
+        stale.first()
+    );
+    assert!(
+        backwards.is_empty(),
+        "{mode:?}: {} reads went backwards on their node; first: {:?}",
+        backwards.len(),
+        backwards.first()
+    );
+}
+
+/// For every read, how long before it began the first write newer than
+/// what it returned was acknowledged: the longest such staleness, and the
+/// reads whose staleness exceeds [`D`] (with the revision they missed).
+fn staleness(acks: &[Vec<(u64, Instant)>], reads: &[Read]) -> (Duration, Vec<(Read, u64)>) {
+    let mut longest = Duration::ZERO;
+    let mut past = Vec::new();
+    for read in reads {
+        // Acks of one id are in revision order: the first newer one.
+        let Some(&(missed, acked)) = acks[read.id].iter().find(|(r, _)| *r > read.revision) else {
+            continue;
+        };
+        let stale_for = read.began.saturating_duration_since(acked);
+        longest = longest.max(stale_for);
+        if stale_for > D {
+            past.push((*read, missed));
+        }
+    }
+    (longest, past)
+}
+
+/// The reads that returned an older revision than a read of the same id on
+/// the same node that ended before they began: `(earlier, later)`.
+fn regressions(reads: &[Read], nodes: usize) -> Vec<(Read, Read)> {
+    let mut out = Vec::new();
+    let mut groups: HashMap<(usize, usize), Vec<Read>> = HashMap::new();
+    for read in reads {
+        groups.entry((read.node, read.id)).or_default().push(*read);
+    }
+    for node in 0..nodes {
+        for id in 0..IDS {
+            let Some(group) = groups.get(&(node, id)) else {
+                continue;
+            };
+            let mut by_end = group.clone();
+            by_end.sort_by_key(|r| r.ended);
+            let mut by_start = group.clone();
+            by_start.sort_by_key(|r| r.began);
+            let mut newest: Option<Read> = None;
+            let mut ended = by_end.iter().peekable();
+            for read in &by_start {
+                while let Some(done) = ended.next_if(|r| r.ended < read.began) {
+                    if newest.is_none_or(|n| done.revision > n.revision) {
+                        newest = Some(*done);
+                    }
+                }
+                if let Some(newest) = newest
+                    && read.revision < newest.revision
+                {
+                    out.push((newest, *read));
+                }
+            }
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stale_read_checker_tracking() {
+    stale_read_checker::<Tracked>().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stale_read_checker_broadcast() {
+    stale_read_checker::<Broadcast>().await;
+}
+
+/// What a gated loader tells the test when it has read the system of
+/// record: the id, the revision it read, and the sender that lets it return.
+type Entered = (RawId, u64, oneshot::Sender<()>);
+
+/// A node whose loaders read the system of record, then, if they read
+/// revision 0 (the fill that starts a round), wait until the test lets them
+/// return.
+fn gated_node(server: &RedisServer, sor: &Sor) -> (Cache, mpsc::UnboundedReceiver<Entered>) {
+    let (entered, receiver) = mpsc::unbounded_channel();
+    let cache = builder(server)
+        .loader(gated::<Tracked>(sor.clone(), entered.clone()))
+        .loader(gated::<Broadcast>(sor.clone(), entered))
+        .build()
+        .expect("cache builds");
+    (cache, receiver)
+}
+
+fn gated<T: Entity>(
+    sor: Sor,
+    entered: mpsc::UnboundedSender<Entered>,
+) -> impl Fn(Id<T>) -> futures_util::future::BoxFuture<'static, Result<Option<T>, Infallible>>
++ Send
++ Sync
++ 'static {
+    move |id: Id<T>| {
+        let revision = sor.get(id.raw());
+        let released = (revision == 0).then(|| {
+            let (release, released) = oneshot::channel();
+            // The test may be gone (it failed): return anyway.
+            let _ = entered.send((id.raw(), revision, release));
+            released
+        });
+        Box::pin(async move {
+            if let Some(released) = released {
+                let _ = released.await;
+            }
+            Ok(Some(T::at(revision)))
+        })
+    }
+}
+
+/// Rounds of the fill-versus-invalidate race, per mode.
+const ROUNDS: usize = 1_000;
+
+/// A fill that read the system of record before a write is held until the
+/// write's invalidation (on the filling node, or on the other node and
+/// applied by the filling one) is done, then released: it answers its own
+/// caller, but installs its stale value neither in the filling node's L1
+/// (the next fetch is not a hit of it) nor in L2 (which holds the
+/// invalidation's tombstone, or a newer frame, never the stale frame).
+async fn fill_versus_invalidate<T: Entity>() {
+    let server = RedisServer::start();
+    let sor = Sor::default();
+    let (filler, mut entered) = gated_node(&server, &sor);
+    let (other, _other_entered) = gated_node(&server, &sor);
+    linked(&filler).await;
+    linked(&other).await;
+    let mut raw = server.connection().await;
+
+    for round in 0..ROUNDS {
+        let same_node = round % 2 == 0;
+        let id = Id::<T>::mint();
+        let fetch = tokio::spawn({
+            let filler = filler.clone();
+            async move { filler.fetch(id).await }
+        });
+        let (loading, read, release) = bounded("the loader is called", entered.recv())
+            .await
+            .expect("the loader is called");
+        assert_eq!((loading, read), (id.raw(), 0), "round {round}");
+
+        // The write: the system of record, then the invalidation.
+        assert_eq!(sor.bump(id.raw()), 1);
+        let before = filler.stats::<T>().invalidations;
+        let version = if same_node {
+            filler.invalidate(id).await.expect("invalidate")
+        } else {
+            let version = other.invalidate(id).await.expect("invalidate");
+            eventually("the filling node applies the invalidation", async || {
+                filler.stats::<T>().invalidations > before
+            })
+            .await;
+            version
+        };
+        release.send(()).expect("the loader waits");
+        let answered = bounded("the fill answers", fetch)
+            .await
+            .expect("the fetch task")
+            .expect("the fetch");
+        assert_eq!(
+            (answered.source(), answered.revision()),
+            (Source::Fill, 0),
+            "round {round}: the fill answers its caller with what it read"
+        );
+
+        match l2_row(&mut raw, id).await {
+            Row::Tombstone(v) => assert_eq!(v, version, "round {round}: the tombstone"),
+            Row::Frame(v) => assert!(
+                v.is_newer_than(&version),
+                "round {round}: the stale fill landed in L2 ({v} is not newer than {version})"
+            ),
+            Row::Absent => panic!("round {round}: the invalidation left no tombstone"),
+        }
+        let next = filler.fetch(id).await.expect("fetch");
+        assert!(
+            next.source() != Source::Hit && next.revision() == 1,
+            "round {round} (invalidated on the {} node): the next fetch is {:?} of revision {}",
+            if same_node { "same" } else { "other" },
+            next.source(),
+            next.revision()
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fill_racing_an_invalidation_installs_nowhere_tracking() {
+    fill_versus_invalidate::<Tracked>().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fill_racing_an_invalidation_installs_nowhere_broadcast() {
+    fill_versus_invalidate::<Broadcast>().await;
+}
+
+/// `tracking`: a node's own fills never evict its own rows. Node A fills
+/// `id1` (its L2 write goes on A's link, so `NOLOOP` keeps the server from
+/// pushing it back to A); then node B writes `id2` and A observes that
+/// eviction, which proves A processed every push the server sent it up to
+/// that point; `id1` is still a hit on A.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nodes_own_fills_never_evict_its_own_rows_tracking() {
+    let server = RedisServer::start();
+    let sor = Sor::default();
+    let (a, b) = (node(&server, &sor), node(&server, &sor));
+    linked(&a).await;
+    linked(&b).await;
+
+    for round in 0..20 {
+        let (id1, id2) = (Id::<Tracked>::mint(), Id::<Tracked>::mint());
+        assert_eq!(a.fetch(id2).await.unwrap().source(), Source::Fill);
+        assert_eq!(a.fetch(id2).await.unwrap().source(), Source::Hit);
+        let filled = a.fetch(id1).await.unwrap();
+        assert_eq!(filled.source(), Source::Fill, "round {round}");
+
+        let before = a.stats::<Tracked>().invalidations;
+        sor.bump(id2.raw());
+        b.invalidate(id2).await.unwrap();
+        eventually("A applies the invalidation of id2", async || {
+            a.stats::<Tracked>().invalidations > before
+        })
+        .await;
+        let evicted = a.fetch(id2).await.unwrap();
+        assert!(
+            evicted.source() != Source::Hit && evicted.revision == 1,
+            "round {round}: A still holds its row of id2: {:?}",
+            evicted.source()
+        );
+        let kept = a.fetch(id1).await.unwrap();
+        assert_eq!(
+            (kept.source(), kept.version()),
+            (Source::Hit, filled.version()),
+            "round {round}: A's own fill of id1 evicted its own row"
+        );
+        assert_eq!(
+            a.stats::<Tracked>().invalidations,
+            before + 1,
+            "round {round}: A applied exactly the invalidation of id2"
+        );
+    }
+}

@@ -1,0 +1,237 @@
+//! Shared by the coherence test binaries (`coherence_*.rs`): one `tracking`
+//! and one `broadcast` table, a system of record that holds a revision per
+//! id, cache nodes built on one real server, and bounded waits.
+//!
+//! Every table declared here exists in every cache a test binary builds, so
+//! one cache node has one coherence link carrying both tables.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::fmt::Debug;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use echo_cache::{Builder, Cache, Cached, Health, Id, RawId, keyspace, near_cache};
+use echo_cache_testkit::RedisServer;
+use redis::aio::MultiplexedConnection;
+
+/// The longest any wait for a condition lasts before the test fails.
+pub const BOUND: Duration = Duration::from_secs(20);
+
+/// How often the coherence links PING (and how long they wait for a PONG).
+pub const PING_EVERY: Duration = Duration::from_millis(200);
+
+#[near_cache(
+    kind = "TRK",
+    ttl_ms = 600_000,
+    coherence = "tracking",
+    name = "tracked"
+)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Tracked {
+    pub revision: u64,
+}
+
+#[near_cache(
+    kind = "BRD",
+    ttl_ms = 600_000,
+    coherence = "broadcast",
+    name = "broadcast"
+)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Broadcast {
+    pub revision: u64,
+}
+
+/// A cached entity that is nothing but its revision in the system of record.
+pub trait Entity: Cached + Clone + Debug + PartialEq {
+    fn at(revision: u64) -> Self;
+    fn revision(&self) -> u64;
+}
+
+impl Entity for Tracked {
+    fn at(revision: u64) -> Tracked {
+        Tracked { revision }
+    }
+    fn revision(&self) -> u64 {
+        self.revision
+    }
+}
+
+impl Entity for Broadcast {
+    fn at(revision: u64) -> Broadcast {
+        Broadcast { revision }
+    }
+    fn revision(&self) -> u64 {
+        self.revision
+    }
+}
+
+/// The system of record: the revision of every id (0 until written).
+#[derive(Clone, Default)]
+pub struct Sor(Arc<Mutex<HashMap<RawId, u64>>>);
+
+impl Sor {
+    pub fn get(&self, id: RawId) -> u64 {
+        self.lock().get(&id).copied().unwrap_or(0)
+    }
+
+    /// Writes the next revision of `id`; returns it.
+    pub fn bump(&self, id: RawId) -> u64 {
+        let mut map = self.lock();
+        let revision = map.entry(id).or_insert(0);
+        *revision += 1;
+        *revision
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<RawId, u64>> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// The builder of a node on `server`, with bounds generous enough for a
+/// loaded CI machine and a short PING interval.
+pub fn builder(server: &RedisServer) -> Builder {
+    builder_for(&server.url())
+}
+
+/// [`builder`] for the server at `url`.
+pub fn builder_for(url: &str) -> Builder {
+    Cache::builder()
+        .l2(url)
+        .l2_timeout(Duration::from_secs(2))
+        .fetch_timeout(Some(BOUND))
+        .coherence_ping_every(PING_EVERY)
+}
+
+/// A node whose loaders read the system of record (when called: the
+/// version of the fill is minted just before).
+pub fn node(server: &RedisServer, sor: &Sor) -> Cache {
+    with_loaders(builder(server), sor)
+        .build()
+        .expect("cache builds")
+}
+
+/// `builder` with loaders of both tables that read `sor`.
+pub fn with_loaders(builder: Builder, sor: &Sor) -> Builder {
+    let (tracked, broadcast) = (sor.clone(), sor.clone());
+    builder
+        .loader(move |id: Id<Tracked>| {
+            let revision = tracked.get(id.raw());
+            async move { Ok::<_, Infallible>(Some(Tracked { revision })) }
+        })
+        .loader(move |id: Id<Broadcast>| {
+            let revision = broadcast.get(id.raw());
+            async move { Ok::<_, Infallible>(Some(Broadcast { revision })) }
+        })
+}
+
+pub fn health<T: Cached>(cache: &Cache) -> Health {
+    let name = T::spec().name();
+    cache
+        .tables()
+        .iter()
+        .find(|t| t.spec.name() == name)
+        .expect("the table is declared")
+        .health
+}
+
+/// Polls `probe` until it holds; fails the test naming `what` after
+/// [`BOUND`].
+pub async fn eventually(what: &str, mut probe: impl AsyncFnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + BOUND;
+    while !probe().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not within {BOUND:?}: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+/// Awaits `future`, failing the test if it takes longer than [`BOUND`].
+pub async fn bounded<F: Future>(what: &str, future: F) -> F::Output {
+    match tokio::time::timeout(BOUND, future).await {
+        Ok(output) => output,
+        Err(_) => panic!("not within {BOUND:?}: {what}"),
+    }
+}
+
+/// Waits until the coherence link of `cache` is up: both tables serve.
+pub async fn linked(cache: &Cache) {
+    eventually("the coherence link is up", async || {
+        health::<Tracked>(cache) == Health::Serving && health::<Broadcast>(cache) == Health::Serving
+    })
+    .await;
+}
+
+/// The L2 key of `id`.
+pub fn key<T: Cached>(id: Id<T>) -> String {
+    keyspace::key(T::spec(), &id.raw())
+}
+
+/// What L2 holds for a key, read raw.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Row {
+    Absent,
+    /// A tombstone: exactly the 14 bytes of a version.
+    Tombstone(RawId),
+    /// A frame: a version, then a schema stamp and a body.
+    Frame(RawId),
+}
+
+impl Row {
+    pub fn version(self) -> Option<RawId> {
+        match self {
+            Row::Absent => None,
+            Row::Tombstone(version) | Row::Frame(version) => Some(version),
+        }
+    }
+}
+
+/// Reads the L2 row of `id` on `connection`.
+pub async fn l2_row<T: Cached>(connection: &mut MultiplexedConnection, id: Id<T>) -> Row {
+    let raw: Option<Vec<u8>> = redis::cmd("GET")
+        .arg(key(id))
+        .query_async(connection)
+        .await
+        .expect("GET");
+    match raw {
+        None => Row::Absent,
+        Some(bytes) => {
+            assert!(bytes.len() >= echo_cache::ID_LEN, "a short L2 value");
+            let version = RawId::parse(&bytes[..echo_cache::ID_LEN]).expect("a version");
+            assert_eq!(version.kind(), T::KIND, "the version of a frame of T");
+            if bytes.len() == echo_cache::ID_LEN {
+                Row::Tombstone(version)
+            } else {
+                Row::Frame(version)
+            }
+        }
+    }
+}
+
+/// The ids of the server's clients that carry coherence (tracking on, or
+/// subscribed to channels): the coherence links of every node.
+pub fn link_clients(server: &RedisServer) -> Vec<u64> {
+    let list: String = server.query(redis::cmd("CLIENT").arg("LIST"));
+    list.lines()
+        .filter(|line| {
+            let field = |name: &str| {
+                line.split(' ')
+                    .find_map(|f| f.strip_prefix(name))
+                    .unwrap_or("")
+                    .to_owned()
+            };
+            field("flags=").contains('t') || field("sub=").parse::<u64>().unwrap_or(0) > 0
+        })
+        .filter_map(|line| {
+            line.split(' ')
+                .find_map(|f| f.strip_prefix("id="))
+                .and_then(|id| id.parse().ok())
+        })
+        .collect()
+}
