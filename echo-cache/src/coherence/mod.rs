@@ -75,8 +75,33 @@
 //!   given up, within `2 × coherence_ping_every` (the next PING goes out at
 //!   most one interval later and waits one more for its PONG); until then
 //!   the node may serve rows older than D, from then on it bypasses L1.
+//!
+//! # Durable: at least once, through a consumer group per node
+//!
+//! A write to a `durable` table appends `<id>:<version>` to the table's
+//! stream (`XADD ecc:{<table>}:log MAXLEN ~ N`); the write fails with
+//! [`Error::NotDelivered`](crate::Error::NotDelivered) if the append does.
+//! Each node's durable lane ([`durable`]) reads every durable stream through
+//! its own consumer group, `ecc:<node name>`, on a connection of its own
+//! (its reads block), applies each message newer-wins, then acknowledges
+//! it: a message read and not acknowledged (connection lost, node stopped)
+//! is read again, and the repeat is a no-op. A node that restarts under the
+//! same name finds its group, and catches up: first the entries still
+//! pending on it, then those pending on other consumers of its group
+//! (`XAUTOCLAIM`), then what was written while it was away. Only then are
+//! its tables trusted. What the lane cannot deliver, it flushes: an entry
+//! trimmed while pending (its content is lost), or a group the stream was
+//! trimmed past (the node fell more than `N` entries behind). Losing the
+//! lane's connection, or a reply missing its deadline, distrusts the
+//! tables as for the link. Groups of nodes gone for long (every consumer
+//! idle past a retention, 24 h by default) are destroyed by the nodes that
+//! remain. Delivery bound: a live node reads a message as soon as it is
+//! appended (its read is blocked on the stream); a node that cannot read
+//! stops serving the table from L1 within the read's `BLOCK` time plus the
+//! deadline.
 
 mod applied;
+pub(crate) mod durable;
 pub(crate) mod link;
 pub(crate) mod message;
 

@@ -1,0 +1,1510 @@
+//! The durable lane of a node: the messages of every `durable` table, read
+//! from the table's stream (`ecc:{<table>}:log`) through the node's own
+//! consumer group, applied newer-wins, then acknowledged. At least once: a
+//! message is acknowledged only after it was applied, so one read and not
+//! applied (the connection was lost, the node stopped) is read again; a
+//! repeat is a no-op.
+//!
+//! # Groups and consumers
+//!
+//! Each node reads each durable stream through the group `ecc:<node>`, as
+//! the consumer `<node>` (`node` is the stable node name of the cache's
+//! configuration; two live processes must not share one, or each would see
+//! only part of the messages). A group is created at `$`: a node that starts
+//! has an empty L1 and needs only what comes after. A node that restarts
+//! under the same name finds its group, and with it what it missed.
+//!
+//! # A session
+//!
+//! A session opens its own connection (the reads block, so they must not
+//! share a connection with other operations), then, for each stream:
+//!
+//! 1. creates the group (`XGROUP CREATE … $ MKSTREAM`; an existing one is
+//!    kept), and destroys the groups of nodes gone for long (below);
+//! 2. flushes the table if the stream was trimmed past the group's
+//!    last-delivered entry (the node fell behind by more than the stream's
+//!    `MAXLEN`: messages were lost before it read them);
+//! 3. applies and acknowledges the entries still pending on this consumer
+//!    (read but not acknowledged before), then reclaims with `XAUTOCLAIM`
+//!    those pending on other consumers of the group for longer than
+//!    [`Settings::claim_idle`]. An entry deleted (trimmed) while pending has
+//!    lost its content: it is acknowledged and its table flushed;
+//! 4. reads (without waiting), applies and acknowledges the entries not yet
+//!    delivered to the group, up to the stream's newest entry at step 2:
+//!    what was written while the node was away.
+//!
+//! Only then are the tables trusted. The session then reads new entries
+//! (`XREADGROUP … BLOCK`, at most [`Settings::batch`] per stream), applies
+//! them and acknowledges each batch; after a batch it checks that the stream
+//! was not trimmed up to the batch's first entry (if it was, entries before
+//! it may have been trimmed unread: the table is flushed). A connection
+//! error, or a reply missing its deadline (a read's is its `BLOCK` time plus
+//! [`Settings::deadline`]), ends the session: every table is distrusted
+//! (flushed, then bypassed) until the next session, after a backoff, is up.
+//!
+//! # Groups of nodes gone for long
+//!
+//! At every session start and every [`Settings::cleanup_every`], the lane
+//! lists the groups of each stream and destroys every `ecc:*` group but its
+//! own whose consumers have all been idle longer than
+//! [`Settings::retention`] (a live node's consumer is never idle longer
+//! than its read's `BLOCK` time). A group without consumers (its node died
+//! between creating it and reading) is destroyed once this node has seen it
+//! without consumers for as long. A node whose group was destroyed while it
+//! was away starts afresh at `$`, which is sound: a node away has its tables
+//! distrusted, so their L1 is empty.
+//!
+//! # Bounds
+//!
+//! Every command has a deadline; nothing is queued: a session reads a batch,
+//! applies it in place, acknowledges it, then reads the next. The server
+//! keeps at most one batch per stream pending on a live node.
+
+use std::collections::{HashMap, HashSet};
+use std::convert::Infallible;
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redis::aio::MultiplexedConnection;
+use redis::{AsyncConnectionConfig, Client, Cmd, Pipeline, RedisResult, Value};
+use tokio::sync::watch;
+
+use super::message;
+use crate::table::AnyTable;
+
+/// The first backoff between two sessions; it doubles up to [`MAX_BACKOFF`]
+/// while sessions fail before they are up.
+const MIN_BACKOFF: Duration = Duration::from_millis(10);
+const MAX_BACKOFF: Duration = Duration::from_secs(1);
+
+/// Settings of the durable lane.
+#[derive(Clone, Debug)]
+pub(crate) struct Settings {
+    /// How long a connect or a command may take (a blocking read: its
+    /// `BLOCK` time plus this) before the session is lost.
+    pub(crate) deadline: Duration,
+    /// How long a read waits for new entries (`BLOCK`). A server that
+    /// stopped answering is noticed within `block + deadline`.
+    pub(crate) block: Duration,
+    /// Entries read at most per stream and per read (`COUNT`).
+    pub(crate) batch: usize,
+    /// Entries pending on another consumer of this node's group for longer
+    /// than this are reclaimed at session start.
+    pub(crate) claim_idle: Duration,
+    /// A group of another node whose consumers have all been idle longer
+    /// than this is destroyed.
+    pub(crate) retention: Duration,
+    /// How often, besides at session start, groups of nodes gone for long
+    /// are looked for.
+    pub(crate) cleanup_every: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Settings {
+        Settings {
+            deadline: Duration::from_secs(1),
+            block: Duration::from_secs(1),
+            batch: 512,
+            claim_idle: Duration::from_secs(60),
+            retention: Duration::from_secs(24 * 3600),
+            cleanup_every: Duration::from_secs(300),
+        }
+    }
+}
+
+/// Runs sessions until `stop`'s sender is dropped. `tables` are the durable
+/// tables of the cache, `node` the stable node name.
+pub(crate) async fn run(
+    client: Client,
+    tables: Vec<Arc<dyn AnyTable>>,
+    node: String,
+    settings: Settings,
+    mut stop: watch::Receiver<()>,
+) {
+    if tables.is_empty() {
+        return;
+    }
+    let mut lane = Lane::new(tables, &node, settings);
+    let mut backoff = MIN_BACKOFF;
+    loop {
+        let mut up = false;
+        let outcome = tokio::select! {
+            outcome = lane.session(&client, &mut up) => outcome,
+            _ = stop.changed() => return,
+        };
+        lane.tables.iter().for_each(|table| table.distrust());
+        let Err(reason) = outcome;
+        tracing::warn!(
+            node = lane.node,
+            "durable lane lost, L1 of its tables flushed: {reason}"
+        );
+        if up {
+            backoff = MIN_BACKOFF;
+        }
+        tokio::select! {
+            () = tokio::time::sleep(backoff) => {}
+            _ = stop.changed() => return,
+        }
+        backoff = (backoff * 2).min(MAX_BACKOFF);
+    }
+}
+
+/// The lane's state across sessions.
+struct Lane {
+    tables: Vec<Arc<dyn AnyTable>>,
+    /// The stream of each table, at the table's index.
+    streams: Vec<String>,
+    node: String,
+    /// `ecc:<node>`.
+    group: String,
+    settings: Settings,
+    /// Groups of other nodes (stream index, name) seen without consumers,
+    /// and since when.
+    consumerless: HashMap<(usize, Vec<u8>), Instant>,
+}
+
+impl Lane {
+    fn new(tables: Vec<Arc<dyn AnyTable>>, node: &str, settings: Settings) -> Lane {
+        let streams = tables
+            .iter()
+            .map(|table| crate::keyspace::stream(table.spec()))
+            .collect();
+        Lane {
+            tables,
+            streams,
+            node: node.to_owned(),
+            group: format!("ecc:{node}"),
+            settings,
+            consumerless: HashMap::new(),
+        }
+    }
+
+    /// One session: connect, create the groups, catch up, trust, then read
+    /// until the connection is lost. Sets `up` once the tables are trusted.
+    async fn session(&mut self, client: &Client, up: &mut bool) -> Result<Infallible, String> {
+        let deadline = self.settings.deadline;
+        let read_deadline = self.settings.block + deadline;
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(deadline))
+            .set_response_timeout(Some(read_deadline));
+        let mut connection = bounded(
+            "connect",
+            deadline,
+            client.get_multiplexed_async_connection_with_config(&config),
+        )
+        .await?
+        .map_err(|e| format!("connect: {e}"))?;
+        let mut name = redis::cmd("CLIENT");
+        name.arg("SETNAME").arg(client_name(&self.node));
+        query(&mut connection, "CLIENT SETNAME", deadline, &name).await?;
+
+        // The newest entry of each stream now, if it was not delivered to
+        // the group yet: what the node catches up to before its tables are
+        // trusted.
+        let mut newest = Vec::with_capacity(self.streams.len());
+        for index in 0..self.streams.len() {
+            self.create_group(&mut connection, index).await?;
+            let delivered = self.survey(&mut connection, index).await?;
+            let mut info = redis::cmd("XINFO");
+            info.arg("STREAM").arg(&self.streams[index]);
+            let info = query(&mut connection, "XINFO STREAM", deadline, &info).await?;
+            if delivered.is_some_and(|delivered| trimmed_past(&info, delivered)) {
+                self.tables[index].flush();
+            }
+            let last = field(&info, "last-generated-id")
+                .and_then(bytes)
+                .and_then(EntryId::parse);
+            newest.push(last.filter(|&last| delivered.is_some_and(|d| d < last)));
+        }
+        self.drain_own(&mut connection).await?;
+        for index in 0..self.streams.len() {
+            self.reclaim(&mut connection, index).await?;
+        }
+        self.catch_up(&mut connection, &newest).await?;
+        self.tables.iter().for_each(|table| table.trust());
+        *up = true;
+
+        let read = self.read_new(Some(self.settings.block));
+        let mut next_cleanup = Instant::now() + self.settings.cleanup_every;
+        loop {
+            let reply = query(&mut connection, "XREADGROUP", read_deadline, &read).await?;
+            self.apply_new(&mut connection, &reply).await?;
+            if Instant::now() >= next_cleanup {
+                for index in 0..self.streams.len() {
+                    self.survey(&mut connection, index).await?;
+                }
+                next_cleanup = Instant::now() + self.settings.cleanup_every;
+            }
+        }
+    }
+
+    /// Creates this node's group on stream `index`, at `$`, unless it
+    /// exists.
+    async fn create_group(
+        &self,
+        connection: &mut MultiplexedConnection,
+        index: usize,
+    ) -> Result<(), String> {
+        let mut create = redis::cmd("XGROUP");
+        create
+            .arg("CREATE")
+            .arg(&self.streams[index])
+            .arg(&self.group)
+            .arg("$")
+            .arg("MKSTREAM");
+        let created = bounded(
+            "XGROUP CREATE",
+            self.settings.deadline,
+            create.query_async::<Value>(connection),
+        )
+        .await?;
+        match created {
+            Ok(_) => Ok(()),
+            Err(e) if e.code() == Some("BUSYGROUP") => Ok(()),
+            Err(e) => Err(format!("XGROUP CREATE: {e}")),
+        }
+    }
+
+    /// Lists the groups of stream `index`: destroys those of nodes gone for
+    /// long, and returns the last-delivered id of this node's group.
+    async fn survey(
+        &mut self,
+        connection: &mut MultiplexedConnection,
+        index: usize,
+    ) -> Result<Option<EntryId>, String> {
+        let deadline = self.settings.deadline;
+        let stream = self.streams[index].clone();
+        let stream = stream.as_str();
+        let mut list = redis::cmd("XINFO");
+        list.arg("GROUPS").arg(stream);
+        let groups = query(connection, "XINFO GROUPS", deadline, &list).await?;
+        let now = Instant::now();
+        let retention = u64::try_from(self.settings.retention.as_millis()).unwrap_or(u64::MAX);
+        let mut ours = None;
+        let mut gone = Vec::new();
+        let mut consumerless = HashSet::new();
+        for group in items(&groups) {
+            let Some(name) = field(group, "name").and_then(bytes) else {
+                continue;
+            };
+            if name == self.group.as_bytes() {
+                ours = field(group, "last-delivered-id")
+                    .and_then(bytes)
+                    .and_then(EntryId::parse);
+                continue;
+            }
+            if !name.starts_with(b"ecc:") {
+                continue;
+            }
+            let mut list = redis::cmd("XINFO");
+            list.arg("CONSUMERS").arg(stream).arg(name);
+            let consumers =
+                match bounded("XINFO CONSUMERS", deadline, list.query_async(connection)).await? {
+                    Ok(consumers) => consumers,
+                    // Destroyed meanwhile (by another node's cleanup).
+                    Err(e) if e.code() == Some("NOGROUP") => continue,
+                    Err(e) => return Err(format!("XINFO CONSUMERS: {e}")),
+                };
+            let consumers = items(&consumers);
+            if consumers.is_empty() {
+                // Its node died before it read: gone once seen so for long.
+                let since = *self
+                    .consumerless
+                    .entry((index, name.to_vec()))
+                    .or_insert(now);
+                consumerless.insert(name.to_vec());
+                if now.duration_since(since) > self.settings.retention {
+                    gone.push(name.to_vec());
+                }
+                continue;
+            }
+            let idle = consumers.iter().all(|consumer| {
+                field(consumer, "idle")
+                    .and_then(int)
+                    .and_then(|idle| u64::try_from(idle).ok())
+                    .is_some_and(|idle| idle > retention)
+            });
+            if idle {
+                gone.push(name.to_vec());
+            }
+        }
+        self.consumerless
+            .retain(|(at, name), _| *at != index || consumerless.contains(name));
+        for name in gone {
+            let mut destroy = redis::cmd("XGROUP");
+            destroy.arg("DESTROY").arg(stream).arg(&name);
+            query(connection, "XGROUP DESTROY", deadline, &destroy).await?;
+            self.consumerless.remove(&(index, name.clone()));
+            tracing::info!(
+                node = self.node,
+                stream,
+                group = %String::from_utf8_lossy(&name),
+                "destroyed the consumer group of a node gone for long"
+            );
+        }
+        Ok(ours)
+    }
+
+    /// Applies and acknowledges every entry pending on this consumer.
+    async fn drain_own(&self, connection: &mut MultiplexedConnection) -> Result<(), String> {
+        // Where each stream's pending list is read from next; `None` once
+        // it is drained.
+        let mut cursors = vec![Some(EntryId::ZERO); self.streams.len()];
+        loop {
+            let open: Vec<usize> = (0..cursors.len())
+                .filter(|&i| cursors[i].is_some())
+                .collect();
+            if open.is_empty() {
+                return Ok(());
+            }
+            let mut read = self.read_group();
+            read.arg("STREAMS");
+            for &index in &open {
+                read.arg(&self.streams[index]);
+            }
+            for &index in &open {
+                read.arg(cursors[index].unwrap_or_default().to_string());
+            }
+            let reply = query(connection, "XREADGROUP", self.settings.deadline, &read).await?;
+            let replies = streams(&reply)?;
+            let mut acks = redis::pipe();
+            for &index in &open {
+                let entries = match replies
+                    .iter()
+                    .find(|(name, _)| *name == self.streams[index].as_bytes())
+                {
+                    Some((_, entries)) => entries_of(entries)?,
+                    None => Vec::new(),
+                };
+                let Some(last) = entries.last() else {
+                    cursors[index] = None;
+                    continue;
+                };
+                cursors[index] = Some(last.id);
+                let ids = apply_all(&*self.tables[index], &entries);
+                self.ack(&mut acks, index, &ids);
+            }
+            send(connection, "XACK", self.settings.deadline, &acks).await?;
+        }
+    }
+
+    /// Reclaims, applies and acknowledges the entries pending on other
+    /// consumers of this node's group on stream `index` for longer than
+    /// [`Settings::claim_idle`].
+    async fn reclaim(
+        &self,
+        connection: &mut MultiplexedConnection,
+        index: usize,
+    ) -> Result<(), String> {
+        let min_idle = u64::try_from(self.settings.claim_idle.as_millis()).unwrap_or(u64::MAX);
+        let mut cursor = EntryId::ZERO;
+        loop {
+            let mut claim = redis::cmd("XAUTOCLAIM");
+            claim
+                .arg(&self.streams[index])
+                .arg(&self.group)
+                .arg(&self.node)
+                .arg(min_idle)
+                .arg(cursor.to_string())
+                .arg("COUNT")
+                .arg(self.settings.batch);
+            let reply = query(connection, "XAUTOCLAIM", self.settings.deadline, &claim).await?;
+            let parts = items(&reply);
+            let next = parts
+                .first()
+                .and_then(bytes)
+                .and_then(EntryId::parse)
+                .ok_or("XAUTOCLAIM: a reply without a cursor")?;
+            let claimed = match parts.get(1) {
+                Some(entries) => entries_of(entries)?,
+                None => Vec::new(),
+            };
+            let mut ids = apply_all(&*self.tables[index], &claimed);
+            // Redis 7+: the entries deleted while pending (already removed
+            // from the pending list). Their content is lost.
+            let deleted: Vec<EntryId> = parts
+                .get(2)
+                .map(items)
+                .unwrap_or_default()
+                .iter()
+                .filter_map(|id| bytes(id).and_then(EntryId::parse))
+                .collect();
+            if !deleted.is_empty() {
+                self.tables[index].flush();
+                ids.extend(deleted);
+            }
+            let mut acks = redis::pipe();
+            self.ack(&mut acks, index, &ids);
+            send(connection, "XACK", self.settings.deadline, &acks).await?;
+            if next == EntryId::ZERO {
+                return Ok(());
+            }
+            cursor = next;
+        }
+    }
+
+    /// Reads, applies and acknowledges the entries not yet delivered to the
+    /// group, without waiting, until the reads of each stream reach its
+    /// entry of `newest` (or nothing is left to read).
+    async fn catch_up(
+        &self,
+        connection: &mut MultiplexedConnection,
+        newest: &[Option<EntryId>],
+    ) -> Result<(), String> {
+        let read = self.read_new(None);
+        let mut behind: Vec<Option<EntryId>> = newest.to_vec();
+        while behind.iter().any(Option::is_some) {
+            let reply = query(connection, "XREADGROUP", self.settings.deadline, &read).await?;
+            let read = self.apply_new(connection, &reply).await?;
+            if read.is_empty() {
+                return Ok(());
+            }
+            for (index, last) in read {
+                behind[index] = behind[index].filter(|&newest| last < newest);
+            }
+        }
+        Ok(())
+    }
+
+    /// Applies a reply of the read of new entries, acknowledges them, and
+    /// flushes a table whose stream was trimmed up to what was read. Returns
+    /// the last entry read of each stream that had any.
+    async fn apply_new(
+        &self,
+        connection: &mut MultiplexedConnection,
+        reply: &Value,
+    ) -> Result<Vec<(usize, EntryId)>, String> {
+        let mut acks = redis::pipe();
+        let mut checks = Vec::new();
+        for (name, entries) in streams(reply)? {
+            let Some(index) = self.streams.iter().position(|s| s.as_bytes() == name) else {
+                continue;
+            };
+            let entries = entries_of(entries)?;
+            let Some(first) = entries.first() else {
+                continue;
+            };
+            checks.push((index, first.id, entries.last().map_or(first.id, |e| e.id)));
+            let ids = apply_all(&*self.tables[index], &entries);
+            self.ack(&mut acks, index, &ids);
+            acks.cmd("XINFO").arg("STREAM").arg(&self.streams[index]);
+        }
+        if checks.is_empty() {
+            return Ok(Vec::new());
+        }
+        let replies = send(connection, "XACK", self.settings.deadline, &acks).await?;
+        let mut read = Vec::with_capacity(checks.len());
+        for (n, (index, first, last)) in checks.into_iter().enumerate() {
+            let info = replies
+                .get(2 * n + 1)
+                .ok_or("XINFO STREAM: no reply in the pipeline")?;
+            if trimmed_up_to(info, first) {
+                self.tables[index].flush();
+            }
+            read.push((index, last));
+        }
+        Ok(read)
+    }
+
+    /// `XREADGROUP GROUP <group> <node> COUNT <batch>`.
+    fn read_group(&self) -> Cmd {
+        let mut read = redis::cmd("XREADGROUP");
+        read.arg("GROUP")
+            .arg(&self.group)
+            .arg(&self.node)
+            .arg("COUNT")
+            .arg(self.settings.batch.max(1));
+        read
+    }
+
+    /// The read of new entries of every stream, waiting at most `block`
+    /// for one if given.
+    fn read_new(&self, block: Option<Duration>) -> Cmd {
+        let mut read = self.read_group();
+        if let Some(block) = block {
+            let block = u64::try_from(block.as_millis()).unwrap_or(u64::MAX);
+            // `BLOCK 0` would wait for ever.
+            read.arg("BLOCK").arg(block.max(1));
+        }
+        read.arg("STREAMS");
+        for stream in &self.streams {
+            read.arg(stream);
+        }
+        for _ in &self.streams {
+            read.arg(">");
+        }
+        read
+    }
+
+    /// Adds to `acks` the acknowledgment of `ids` on stream `index`.
+    fn ack(&self, acks: &mut Pipeline, index: usize, ids: &[EntryId]) {
+        if ids.is_empty() {
+            return;
+        }
+        let ack = acks.cmd("XACK").arg(&self.streams[index]).arg(&self.group);
+        for id in ids {
+            ack.arg(id.to_string());
+        }
+    }
+}
+
+/// A stream entry id, `<ms>-<seq>`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+struct EntryId(u64, u64);
+
+impl EntryId {
+    const ZERO: EntryId = EntryId(0, 0);
+
+    fn parse(text: &[u8]) -> Option<EntryId> {
+        let text = std::str::from_utf8(text).ok()?;
+        let (ms, seq) = text.split_once('-').unwrap_or((text, "0"));
+        Some(EntryId(ms.parse().ok()?, seq.parse().ok()?))
+    }
+}
+
+impl fmt::Display for EntryId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}-{}", self.0, self.1)
+    }
+}
+
+/// An entry of a reply: its id, and its fields unless it was deleted.
+struct Entry<'a> {
+    id: EntryId,
+    fields: Option<&'a Value>,
+}
+
+/// Applies `entries` to `table`, newer-wins (a repeat is a no-op); returns
+/// their ids, to acknowledge. A malformed message is counted and dropped; a
+/// deleted entry, whose content is lost, flushes the table.
+fn apply_all(table: &dyn AnyTable, entries: &[Entry<'_>]) -> Vec<EntryId> {
+    let kind = table.spec().kind();
+    let mut lost = false;
+    for entry in entries {
+        let Some(fields) = entry.fields else {
+            lost = true;
+            continue;
+        };
+        let decoded = field(fields, "m")
+            .and_then(bytes)
+            .and_then(|m| message::decode(m, kind));
+        match decoded {
+            Some((key, version)) => table.apply(key, Some(version)),
+            None => table.malformed(),
+        }
+    }
+    if lost {
+        table.flush();
+    }
+    entries.iter().map(|entry| entry.id).collect()
+}
+
+/// Whether the stream of `info` (`XINFO STREAM`) lost, to trimming, entries
+/// added after `delivered`, the last entry delivered to a group. Trimming
+/// removes the oldest entries, so none after `delivered` is lost while the
+/// first entry left is not after it. When it is, the entries between may
+/// have been trimmed: counted as lost.
+fn trimmed_past(info: &Value, delivered: EntryId) -> bool {
+    let last = field(info, "last-generated-id")
+        .and_then(bytes)
+        .and_then(EntryId::parse);
+    last.is_some_and(|last| last > delivered)
+        && ever_trimmed(info)
+        && first_entry(info).is_none_or(|first| first > delivered)
+}
+
+/// Whether the stream of `info` was trimmed up to `read`, the first entry
+/// of a read of new entries (so the entries before it, maybe unread, may
+/// have been trimmed). Checked after the read: a false alarm (entries
+/// trimmed after they were read) needs the stream to have been trimmed up
+/// to them, that is the reader to be about `MAXLEN` entries behind.
+fn trimmed_up_to(info: &Value, read: EntryId) -> bool {
+    ever_trimmed(info) && first_entry(info).is_none_or(|first| first >= read)
+}
+
+/// Whether entries of the stream of `info` were ever deleted (Redis 7+
+/// counts them; on an older server, assume so).
+fn ever_trimmed(info: &Value) -> bool {
+    match (
+        field(info, "entries-added").and_then(int),
+        field(info, "length").and_then(int),
+    ) {
+        (Some(added), Some(length)) => added > length,
+        _ => true,
+    }
+}
+
+/// The id of the first entry of the stream of `info`, if it has one.
+fn first_entry(info: &Value) -> Option<EntryId> {
+    let first = field(info, "first-entry")?;
+    items(first)
+        .first()
+        .and_then(bytes)
+        .and_then(EntryId::parse)
+}
+
+/// The streams of a reply of `XREADGROUP` and their entries: an array of
+/// `[name, entries]` (RESP2), a map (RESP3), or nil (nothing new).
+fn streams(reply: &Value) -> Result<Vec<(&[u8], &Value)>, String> {
+    let pairs: Vec<(&Value, &Value)> = match reply {
+        Value::Nil => Vec::new(),
+        Value::Map(map) => map.iter().map(|(k, v)| (k, v)).collect(),
+        Value::Array(streams) => streams
+            .iter()
+            .map(|stream| match items(stream) {
+                [name, entries] => Ok((name, entries)),
+                _ => Err("XREADGROUP: a stream reply is not [name, entries]".to_owned()),
+            })
+            .collect::<Result<_, _>>()?,
+        other => return Err(format!("XREADGROUP: unexpected reply {other:?}")),
+    };
+    pairs
+        .into_iter()
+        .map(|(name, entries)| {
+            bytes(name)
+                .map(|name| (name, entries))
+                .ok_or_else(|| "XREADGROUP: a stream name is not a string".to_owned())
+        })
+        .collect()
+}
+
+/// The entries of a list of `[id, fields]`; fields are nil for an entry
+/// deleted while pending.
+fn entries_of(list: &Value) -> Result<Vec<Entry<'_>>, String> {
+    items(list)
+        .iter()
+        .map(|entry| match items(entry) {
+            [id, fields] => {
+                let id = bytes(id)
+                    .and_then(EntryId::parse)
+                    .ok_or("a stream entry without a valid id")?;
+                let fields = (!matches!(fields, Value::Nil)).then_some(fields);
+                Ok(Entry { id, fields })
+            }
+            _ => Err("a stream entry is not [id, fields]".to_owned()),
+        })
+        .collect()
+}
+
+/// The elements of an array (or set), else none.
+fn items(value: &Value) -> &[Value] {
+    match value {
+        Value::Array(items) | Value::Set(items) => items,
+        _ => &[],
+    }
+}
+
+/// The value of `name` in a map (RESP3) or a flat array of pairs (RESP2).
+fn field<'a>(value: &'a Value, name: &str) -> Option<&'a Value> {
+    let name = name.as_bytes();
+    match value {
+        Value::Map(map) => map
+            .iter()
+            .find(|(key, _)| bytes(key) == Some(name))
+            .map(|(_, value)| value),
+        Value::Array(items) => items
+            .chunks_exact(2)
+            .find(|pair| bytes(&pair[0]) == Some(name))
+            .map(|pair| &pair[1]),
+        _ => None,
+    }
+}
+
+fn bytes(value: &Value) -> Option<&[u8]> {
+    match value {
+        Value::BulkString(bytes) => Some(bytes),
+        Value::SimpleString(text) | Value::VerbatimString { text, .. } => Some(text.as_bytes()),
+        _ => None,
+    }
+}
+
+fn int(value: &Value) -> Option<i64> {
+    match value {
+        Value::Int(n) => Some(*n),
+        other => std::str::from_utf8(bytes(other)?).ok()?.parse().ok(),
+    }
+}
+
+/// The name of the lane's connection (`CLIENT LIST`), for operators:
+/// `ecc-durable:<node>`, with characters a client name cannot hold replaced.
+fn client_name(node: &str) -> String {
+    let node: String = node
+        .chars()
+        .map(|c| if c.is_ascii_graphic() { c } else { '_' })
+        .collect();
+    format!("ecc-durable:{node}")
+}
+
+/// `request`'s outcome, if it comes within `within`.
+async fn bounded<T>(
+    what: &str,
+    within: Duration,
+    request: impl Future<Output = RedisResult<T>>,
+) -> Result<RedisResult<T>, String> {
+    tokio::time::timeout(within, request)
+        .await
+        .map_err(|_| format!("{what}: no answer within {within:?}"))
+}
+
+async fn query(
+    connection: &mut MultiplexedConnection,
+    what: &str,
+    within: Duration,
+    cmd: &Cmd,
+) -> Result<Value, String> {
+    bounded(what, within, cmd.query_async::<Value>(connection))
+        .await?
+        .map_err(|e| format!("{what}: {e}"))
+}
+
+/// Sends `pipeline` (if it holds anything); the reply of each command.
+async fn send(
+    connection: &mut MultiplexedConnection,
+    what: &str,
+    within: Duration,
+    pipeline: &Pipeline,
+) -> Result<Vec<Value>, String> {
+    if pipeline.is_empty() {
+        return Ok(Vec::new());
+    }
+    bounded(what, within, pipeline.query_async::<Vec<Value>>(connection))
+        .await?
+        .map_err(|e| format!("{what}: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::any::Any;
+    use std::collections::BTreeMap;
+    use std::sync::Mutex;
+    use std::sync::mpsc as std_mpsc;
+
+    use echo_cache_testkit::RedisServer;
+    use tokio::task::JoinHandle;
+
+    use super::*;
+    use crate::id::{Kind, RawId};
+    use crate::roster::TableInfo;
+    use crate::spec::{Coherence, TableSpec};
+
+    const fn spec(name: &'static str, kind: &'static str) -> TableSpec {
+        TableSpec {
+            name,
+            type_name: "Probe",
+            kind: Kind::new(kind),
+            ttl_ms: 60_000,
+            jitter: 0.0,
+            max_size: 100,
+            sweep_ms: 1_000,
+            absent_ttl_ms: 0,
+            coherence: Coherence::Durable,
+            fingerprint: 0,
+        }
+    }
+
+    static ONE: TableSpec = spec("durable_one", "DUA");
+    static TWO: TableSpec = spec("durable_two", "DUB");
+
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    enum Event {
+        Apply(u64, u64),
+        Malformed,
+        Flush,
+        Trust,
+        Distrust,
+    }
+
+    /// A table that records what the lane does to it.
+    struct Probe {
+        spec: &'static TableSpec,
+        events: Mutex<Vec<Event>>,
+        /// How long each apply takes.
+        delay: Duration,
+        /// An apply of this key waits for the receiver (at most 10 s).
+        gate: Mutex<Option<(u64, std_mpsc::Receiver<()>)>>,
+    }
+
+    impl Probe {
+        fn new(spec: &'static TableSpec) -> Arc<Probe> {
+            Probe::slow(spec, Duration::ZERO)
+        }
+
+        fn slow(spec: &'static TableSpec, delay: Duration) -> Arc<Probe> {
+            Arc::new(Probe {
+                spec,
+                events: Mutex::new(Vec::new()),
+                delay,
+                gate: Mutex::new(None),
+            })
+        }
+
+        fn events(&self) -> Vec<Event> {
+            self.events.lock().unwrap().clone()
+        }
+
+        fn record(&self, event: Event) {
+            self.events.lock().unwrap().push(event);
+        }
+
+        fn applied(&self) -> Vec<(u64, u64)> {
+            self.events()
+                .into_iter()
+                .filter_map(|event| match event {
+                    Event::Apply(key, version) => Some((key, version)),
+                    _ => None,
+                })
+                .collect()
+        }
+
+        fn count(&self, wanted: Event) -> usize {
+            self.events().iter().filter(|&&e| e == wanted).count()
+        }
+
+        fn stream(&self) -> String {
+            crate::keyspace::stream(self.spec)
+        }
+    }
+
+    impl AnyTable for Probe {
+        fn spec(&self) -> &'static TableSpec {
+            self.spec
+        }
+        fn info(&self) -> TableInfo {
+            unimplemented!("not used by the lane")
+        }
+        fn sweep(&self) {}
+        fn flush(&self) {
+            self.record(Event::Flush);
+        }
+        fn apply(&self, key: u64, version: Option<u64>) {
+            std::thread::sleep(self.delay);
+            let gate = self.gate.lock().unwrap().take();
+            match gate {
+                Some((gated, wait)) if gated == key => {
+                    // Blocks this worker only: another takes over its
+                    // timers and I/O meanwhile.
+                    tokio::task::block_in_place(|| wait.recv_timeout(Duration::from_secs(10)))
+                        .unwrap();
+                }
+                other => *self.gate.lock().unwrap() = other,
+            }
+            self.record(Event::Apply(key, version.expect("versioned")));
+        }
+        fn distrust(&self) {
+            self.record(Event::Distrust);
+        }
+        fn trust(&self) {
+            self.record(Event::Trust);
+        }
+        fn malformed(&self) {
+            self.record(Event::Malformed);
+        }
+        fn into_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync> {
+            self
+        }
+    }
+
+    fn settings() -> Settings {
+        Settings {
+            deadline: Duration::from_millis(500),
+            block: Duration::from_millis(50),
+            batch: 16,
+            claim_idle: Duration::from_millis(20),
+            retention: Duration::from_secs(24 * 3600),
+            cleanup_every: Duration::from_millis(50),
+        }
+    }
+
+    /// A running lane; dropping `stop` ends it.
+    struct Node {
+        stop: watch::Sender<()>,
+        task: JoinHandle<()>,
+    }
+
+    impl Node {
+        fn start(
+            server: &RedisServer,
+            name: &str,
+            probes: &[&Arc<Probe>],
+            settings: Settings,
+        ) -> Node {
+            let tables = probes
+                .iter()
+                .map(|&probe| Arc::clone(probe) as Arc<dyn AnyTable>)
+                .collect();
+            let (stop, stopped) = watch::channel(());
+            let task = tokio::spawn(run(
+                server.client(),
+                tables,
+                name.to_owned(),
+                settings,
+                stopped,
+            ));
+            Node { stop, task }
+        }
+
+        async fn stop(self) {
+            drop(self.stop);
+            tokio::time::timeout(Duration::from_secs(5), self.task)
+                .await
+                .expect("the lane ends when its stop sender is dropped")
+                .unwrap();
+        }
+    }
+
+    fn message(probe: &Probe, key: u64, version: u64) -> [u8; message::LEN] {
+        let kind = probe.spec.kind();
+        message::encode(&RawId::new(kind, key), &RawId::new(kind, version))
+    }
+
+    /// Appends the message `key:version` to the probe's stream, as a
+    /// durable write does; its entry id.
+    fn add(server: &RedisServer, probe: &Probe, key: u64, version: u64) -> String {
+        server.query(
+            redis::cmd("XADD")
+                .arg(probe.stream())
+                .arg("*")
+                .arg("m")
+                .arg(&message(probe, key, version)[..]),
+        )
+    }
+
+    fn pending(server: &RedisServer, stream: &str, group: &str) -> i64 {
+        let summary: Value = server.query(redis::cmd("XPENDING").arg(stream).arg(group));
+        items(&summary)
+            .first()
+            .and_then(int)
+            .expect("XPENDING count")
+    }
+
+    fn groups(server: &RedisServer, stream: &str) -> Vec<String> {
+        let groups: Value = server.query(redis::cmd("XINFO").arg("GROUPS").arg(stream));
+        items(&groups)
+            .iter()
+            .filter_map(|g| field(g, "name").and_then(bytes))
+            .map(|name| String::from_utf8_lossy(name).into_owned())
+            .collect()
+    }
+
+    /// Waits (at most 10 s) until `done`.
+    async fn until(what: &str, mut done: impl FnMut() -> bool) {
+        let start = Instant::now();
+        while !done() {
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "timed out waiting until {what}"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// Every `(key, version)` sent was applied at least once and, within
+    /// each session (sessions end with a distrust), the versions applied to
+    /// a key never go backwards: catch-up applies the pending entries, in
+    /// order, before any newer one. (Across sessions a repeat of an older
+    /// message follows a newer one; the table's newer-wins makes it a no-op.)
+    fn assert_applied_in_order(events: &[Event], sent: &[(u64, u64)]) {
+        let mut newest: BTreeMap<u64, u64> = BTreeMap::new();
+        for event in events {
+            match *event {
+                Event::Distrust => newest.clear(),
+                Event::Apply(key, version) => {
+                    let before = newest.insert(key, version).unwrap_or(0);
+                    assert!(
+                        version >= before,
+                        "key {key}: {version} applied after {before} in one session"
+                    );
+                }
+                _ => {}
+            }
+        }
+        for &(key, version) in sent {
+            assert!(
+                events.contains(&Event::Apply(key, version)),
+                "{key}:{version} never applied"
+            );
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn entries_are_applied_then_acknowledged_through_the_nodes_group() {
+        let server = RedisServer::start();
+        let probe = Probe::new(&ONE);
+        let node = Node::start(&server, "b", &[&probe], settings());
+        until("trusted", || probe.count(Event::Trust) == 1).await;
+
+        let sent: Vec<(u64, u64)> = (1..=40).map(|n| (n % 7, n)).collect();
+        for &(key, version) in &sent {
+            add(&server, &probe, key, version);
+        }
+        let _: String = server.query(
+            redis::cmd("XADD")
+                .arg(probe.stream())
+                .arg("*")
+                .arg("m")
+                .arg("junk"),
+        );
+        let _: String = server.query(
+            redis::cmd("XADD")
+                .arg(probe.stream())
+                .arg("*")
+                .arg("x")
+                .arg("y"),
+        );
+        until("all applied", || {
+            probe.applied().len() == sent.len() && probe.count(Event::Malformed) == 2
+        })
+        .await;
+        until("all acknowledged", || {
+            pending(&server, &probe.stream(), "ecc:b") == 0
+        })
+        .await;
+        assert_applied_in_order(&probe.events(), &sent);
+        assert_eq!(groups(&server, &probe.stream()), ["ecc:b"]);
+        let consumers: Value = server.query(
+            redis::cmd("XINFO")
+                .arg("CONSUMERS")
+                .arg(probe.stream())
+                .arg("ecc:b"),
+        );
+        let names: Vec<_> = items(&consumers)
+            .iter()
+            .filter_map(|c| field(c, "name").and_then(bytes))
+            .collect();
+        assert_eq!(names, [b"b"]);
+        assert_eq!(probe.count(Event::Distrust), 0);
+        assert_eq!(probe.count(Event::Flush), 0);
+        node.stop().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_consumer_killed_mid_batch_applies_every_message_and_drains_its_pending_list() {
+        let server = RedisServer::start();
+        let probe = Probe::new(&ONE);
+        let node = Node::start(&server, "b", &[&probe], settings());
+        until("trusted", || probe.count(Event::Trust) == 1).await;
+
+        // The apply of 1000 (in the middle of a batch) waits for the kill.
+        let (release, gate) = std_mpsc::channel();
+        *probe.gate.lock().unwrap() = Some((1_000, gate));
+        let mut sent: Vec<(u64, u64)> = (1..=300).map(|n| (n % 10, n)).collect();
+        sent.insert(150, (1_000, 1_000));
+        for &(key, version) in &sent {
+            add(&server, &probe, key, version);
+        }
+        until("a batch under way", || probe.gate.lock().unwrap().is_none()).await;
+        let clients: String = server.query(redis::cmd("CLIENT").arg("LIST"));
+        let id = clients
+            .lines()
+            .find(|line| line.contains("name=ecc-durable:b "))
+            .and_then(|line| line.split(' ').find_map(|kv| kv.strip_prefix("id=")))
+            .expect("the lane's connection is named")
+            .to_owned();
+        let killed: i64 = server.query(redis::cmd("CLIENT").arg("KILL").arg("ID").arg(&id));
+        assert_eq!(killed, 1);
+        release.send(()).unwrap();
+
+        until("a new session", || probe.count(Event::Trust) == 2).await;
+        until("every message applied", || {
+            let applied = probe.applied();
+            sent.iter().all(|pair| applied.contains(pair))
+        })
+        .await;
+        until("the pending list drained", || {
+            pending(&server, &probe.stream(), "ecc:b") == 0
+        })
+        .await;
+        let again = probe.count(Event::Apply(1_000, 1_000));
+        assert_eq!(again, 2, "the batch read before the kill was read again");
+        let events = probe.events();
+        let lost = events
+            .iter()
+            .position(|&e| e == Event::Distrust)
+            .expect("distrusted");
+        assert!(lost > events.iter().position(|&e| e == Event::Trust).unwrap());
+        assert_applied_in_order(&probe.events(), &sent);
+        node.stop().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_node_restarted_under_its_name_catches_up_on_what_it_missed() {
+        let server = RedisServer::start();
+        let first = Probe::slow(&ONE, Duration::from_millis(1));
+        let node = Node::start(&server, "b", &[&first], settings());
+        until("trusted", || first.count(Event::Trust) == 1).await;
+
+        // Stopped in the middle of a batch: what it read and did not
+        // acknowledge stays pending on it.
+        let mut sent: Vec<(u64, u64)> = (1..=100).map(|n| (n % 10, n)).collect();
+        for &(key, version) in &sent {
+            add(&server, &first, key, version);
+        }
+        until("a batch under way", || first.applied().len() >= 5).await;
+        node.stop().await;
+        // Written while it is away.
+        for n in 101..=150 {
+            add(&server, &first, n % 10, n);
+            sent.push((n % 10, n));
+        }
+        // A node that starts afresh needs only what comes after it.
+        let fresh = Probe::new(&ONE);
+        let other = Node::start(&server, "c", &[&fresh], settings());
+        until("c trusted", || fresh.count(Event::Trust) == 1).await;
+
+        let second = Probe::new(&ONE);
+        let node = Node::start(&server, "b", &[&second], settings());
+        until("every message applied", || {
+            let applied: Vec<_> = first
+                .applied()
+                .into_iter()
+                .chain(second.applied())
+                .collect();
+            sent.iter().all(|pair| applied.contains(pair))
+        })
+        .await;
+        until("b trusted", || second.count(Event::Trust) == 1).await;
+        let events = second.events();
+        let trusted = events.iter().position(|&e| e == Event::Trust);
+        let caught_up = events
+            .iter()
+            .position(|&e| e == Event::Apply(150 % 10, 150));
+        assert!(
+            caught_up.is_some(),
+            "caught up on what was written while away"
+        );
+        assert!(
+            caught_up < trusted,
+            "trusted only after catching up: {events:?}"
+        );
+        until("the pending list drained", || {
+            pending(&server, &second.stream(), "ecc:b") == 0
+        })
+        .await;
+        assert_applied_in_order(&second.events(), &[]);
+
+        add(&server, &fresh, 1, 1_000);
+        until("c applied the new message", || {
+            fresh.applied().contains(&(1, 1_000))
+        })
+        .await;
+        assert_eq!(
+            fresh.applied(),
+            [(1, 1_000)],
+            "c read nothing from before it started"
+        );
+        node.stop().await;
+        other.stop().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn entries_trimmed_while_pending_flush_the_table() {
+        let server = RedisServer::start();
+        let (own, others) = (Probe::new(&ONE), Probe::new(&TWO));
+        for probe in [&own, &others] {
+            let _: () = server.query(
+                redis::cmd("XGROUP")
+                    .arg("CREATE")
+                    .arg(probe.stream())
+                    .arg("ecc:b")
+                    .arg("$")
+                    .arg("MKSTREAM"),
+            );
+        }
+        let read = |probe: &Probe, consumer: &str, count: usize| {
+            let _: Value = server.query(
+                redis::cmd("XREADGROUP")
+                    .arg("GROUP")
+                    .arg("ecc:b")
+                    .arg(consumer)
+                    .arg("COUNT")
+                    .arg(count)
+                    .arg("STREAMS")
+                    .arg(probe.stream())
+                    .arg(">"),
+            );
+        };
+        let trim = |probe: &Probe, to: usize| {
+            let _: i64 = server.query(
+                redis::cmd("XTRIM")
+                    .arg(probe.stream())
+                    .arg("MAXLEN")
+                    .arg(to),
+            );
+        };
+        // Pending on this node's consumer, then trimmed.
+        add(&server, &own, 1, 1);
+        add(&server, &own, 2, 2);
+        read(&own, "b", 2);
+        add(&server, &own, 3, 3);
+        trim(&own, 1);
+        // Pending on another consumer of the group: one trimmed, one not.
+        add(&server, &others, 1, 1);
+        add(&server, &others, 2, 2);
+        read(&others, "other", 2);
+        add(&server, &others, 3, 3);
+        trim(&others, 2);
+        assert_eq!(pending(&server, &own.stream(), "ecc:b"), 2);
+        assert_eq!(pending(&server, &others.stream(), "ecc:b"), 2);
+        tokio::time::sleep(settings().claim_idle * 2).await;
+
+        let node = Node::start(&server, "b", &[&own, &others], settings());
+        until("trusted", || {
+            own.count(Event::Trust) == 1 && others.count(Event::Trust) == 1
+        })
+        .await;
+        until("the rest applied", || {
+            own.applied() == [(3, 3)] && others.applied() == [(2, 2), (3, 3)]
+        })
+        .await;
+        for probe in [&own, &others] {
+            let events = probe.events();
+            let flushed = events.iter().position(|&e| e == Event::Flush);
+            let trusted = events.iter().position(|&e| e == Event::Trust);
+            assert!(flushed < trusted && flushed.is_some(), "{events:?}");
+            until("the pending list drained", || {
+                pending(&server, &probe.stream(), "ecc:b") == 0
+            })
+            .await;
+        }
+        node.stop().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_group_trimmed_past_flushes_the_table() {
+        let server = RedisServer::start();
+        let (behind, intact) = (Probe::new(&ONE), Probe::new(&TWO));
+        let node = Node::start(&server, "b", &[&behind, &intact], settings());
+        until("trusted", || behind.count(Event::Trust) == 1).await;
+        add(&server, &behind, 1, 1);
+        add(&server, &intact, 1, 1);
+        until("applied", || {
+            behind.applied().len() == 1 && intact.applied().len() == 1
+        })
+        .await;
+        node.stop().await;
+
+        // While the node is away, its stream rolls over what it had not read.
+        for n in 2..=10 {
+            let _: String = server.query(
+                redis::cmd("XADD")
+                    .arg(behind.stream())
+                    .arg("MAXLEN")
+                    .arg(3)
+                    .arg("*")
+                    .arg("m")
+                    .arg(&message(&behind, n, n)[..]),
+            );
+            add(&server, &intact, n, n);
+        }
+        let node = Node::start(&server, "b", &[&behind, &intact], settings());
+        until("trusted again", || behind.count(Event::Trust) == 2).await;
+        until("caught up", || {
+            behind.applied().contains(&(10, 10)) && intact.applied().contains(&(10, 10))
+        })
+        .await;
+        // Flushed before it was trusted again (and maybe once more after
+        // its first read, which starts at the first entry left: counted as
+        // maybe trimmed up to, a harmless false alarm).
+        let events = behind.events();
+        let second_trust = events.iter().rposition(|&e| e == Event::Trust).unwrap();
+        assert!(events[..second_trust].contains(&Event::Flush), "{events:?}");
+        assert_eq!(intact.count(Event::Flush), 0, "{:?}", intact.events());
+        assert_eq!(intact.applied().len(), 10);
+
+        // While it reads, a slow batch lets the stream roll over again.
+        let flushes = behind.count(Event::Flush);
+        let (release, gate) = std_mpsc::channel();
+        *behind.gate.lock().unwrap() = Some((100, gate));
+        add(&server, &behind, 100, 100);
+        until("the gated apply under way", || {
+            behind.gate.lock().unwrap().is_none()
+        })
+        .await;
+        for n in 101..=110 {
+            let _: String = server.query(
+                redis::cmd("XADD")
+                    .arg(behind.stream())
+                    .arg("MAXLEN")
+                    .arg(2)
+                    .arg("*")
+                    .arg("m")
+                    .arg(&message(&behind, n, n)[..]),
+            );
+        }
+        release.send(()).unwrap();
+        until("caught up", || behind.applied().contains(&(110, 110))).await;
+        until("flushed", || behind.count(Event::Flush) > flushes).await;
+        assert_eq!(behind.count(Event::Distrust), 0, "the session went on");
+        node.stop().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn groups_of_nodes_gone_for_long_are_destroyed() {
+        let server = RedisServer::start();
+        let probe = Probe::new(&ONE);
+        let stream = probe.stream();
+        for group in ["ecc:gone", "ecc:never", "app"] {
+            let _: () = server.query(
+                redis::cmd("XGROUP")
+                    .arg("CREATE")
+                    .arg(&stream)
+                    .arg(group)
+                    .arg("$")
+                    .arg("MKSTREAM"),
+            );
+        }
+        for (group, consumer) in [("ecc:gone", "gone"), ("app", "worker")] {
+            let _: Value = server.query(
+                redis::cmd("XREADGROUP")
+                    .arg("GROUP")
+                    .arg(group)
+                    .arg(consumer)
+                    .arg("STREAMS")
+                    .arg(&stream)
+                    .arg(">"),
+            );
+        }
+        let settings = Settings {
+            retention: Duration::from_secs(1),
+            ..settings()
+        };
+        let live = Probe::new(&ONE);
+        let c = Node::start(&server, "c", &[&live], settings.clone());
+        until("c trusted", || live.count(Event::Trust) == 1).await;
+        let a = Node::start(&server, "a", &[&probe], settings);
+        until("a trusted", || probe.count(Event::Trust) == 1).await;
+        let mut before = groups(&server, &stream);
+        before.sort();
+        assert_eq!(
+            before,
+            ["app", "ecc:a", "ecc:c", "ecc:gone", "ecc:never"],
+            "kept within retention"
+        );
+
+        until("the gone groups destroyed", || {
+            let left = groups(&server, &stream);
+            !left.iter().any(|g| g == "ecc:gone" || g == "ecc:never")
+        })
+        .await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let mut after = groups(&server, &stream);
+        after.sort();
+        assert_eq!(
+            after,
+            ["app", "ecc:a", "ecc:c"],
+            "live nodes' and others' groups stay"
+        );
+        a.stop().await;
+        c.stop().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_lost_server_distrusts_the_tables_until_a_session_is_back() {
+        let server = RedisServer::start();
+        let probe = Probe::new(&ONE);
+        let settings = Settings {
+            deadline: Duration::from_millis(200),
+            ..settings()
+        };
+        let node = Node::start(&server, "b", &[&probe], settings);
+        until("trusted", || probe.count(Event::Trust) == 1).await;
+
+        server.pause();
+        until("distrusted when the server stops answering", || {
+            probe.count(Event::Distrust) == 1
+        })
+        .await;
+        server.resume();
+        until("trusted again", || probe.count(Event::Trust) == 2).await;
+        add(&server, &probe, 1, 1);
+        until("applied", || probe.applied() == [(1, 1)]).await;
+
+        // A server restarted empty: the group is made again.
+        server.kill();
+        until("distrusted when the server is gone", || {
+            probe.count(Event::Distrust) == 2
+        })
+        .await;
+        server.restart();
+        until("trusted again", || probe.count(Event::Trust) >= 3).await;
+        add(&server, &probe, 2, 2);
+        until("applied", || probe.applied().contains(&(2, 2))).await;
+        node.stop().await;
+    }
+
+    #[test]
+    fn entry_ids_parse_and_order() {
+        assert_eq!(EntryId::parse(b"17-3"), Some(EntryId(17, 3)));
+        assert_eq!(EntryId::parse(b"17"), Some(EntryId(17, 0)));
+        assert_eq!(EntryId::parse(b"x-1"), None);
+        assert!(EntryId(2, 0) > EntryId(1, 9));
+        assert_eq!(EntryId(5, 1).to_string(), "5-1");
+    }
+
+    /// An `XINFO STREAM` reply (RESP2).
+    fn info(length: i64, added: Option<i64>, first: Option<&str>, last: &str) -> Value {
+        let s = |text: &str| Value::BulkString(text.as_bytes().to_vec());
+        let mut pairs = vec![
+            s("length"),
+            Value::Int(length),
+            s("last-generated-id"),
+            s(last),
+        ];
+        if let Some(added) = added {
+            pairs.extend([s("entries-added"), Value::Int(added)]);
+        }
+        pairs.push(s("first-entry"));
+        pairs.push(match first {
+            Some(id) => Value::Array(vec![s(id), Value::Array(vec![s("m"), s("x")])]),
+            None => Value::Nil,
+        });
+        Value::Array(pairs)
+    }
+
+    #[test]
+    fn trimming_is_told_from_the_stream_info() {
+        let at = |ms| EntryId(ms, 0);
+        // Nothing added after what was delivered.
+        assert!(!trimmed_past(&info(3, Some(9), Some("7-0"), "9-0"), at(9)));
+        // Never trimmed.
+        assert!(!trimmed_past(&info(9, Some(9), Some("1-0"), "9-0"), at(5)));
+        // The first entry left is not after what was delivered.
+        assert!(!trimmed_past(&info(5, Some(9), Some("5-0"), "9-0"), at(5)));
+        // Trimmed past it, or everything trimmed.
+        assert!(trimmed_past(&info(2, Some(9), Some("8-0"), "9-0"), at(5)));
+        assert!(trimmed_past(&info(0, Some(9), None, "9-0"), at(5)));
+        // An old server, without counts: the first entry decides.
+        assert!(trimmed_past(&info(2, None, Some("8-0"), "9-0"), at(5)));
+
+        assert!(!trimmed_up_to(&info(9, Some(9), Some("1-0"), "9-0"), at(1)));
+        assert!(!trimmed_up_to(&info(5, Some(9), Some("5-0"), "9-0"), at(6)));
+        assert!(trimmed_up_to(&info(5, Some(9), Some("5-0"), "9-0"), at(5)));
+        assert!(trimmed_up_to(&info(0, Some(9), None, "9-0"), at(5)));
+    }
+
+    #[test]
+    fn replies_parse_in_resp2_and_resp3() {
+        let s = |text: &str| Value::BulkString(text.as_bytes().to_vec());
+        let entries = Value::Array(vec![
+            Value::Array(vec![s("1-1"), Value::Array(vec![s("m"), s("x")])]),
+            Value::Array(vec![s("1-2"), Value::Nil]),
+        ]);
+        let resp2 = Value::Array(vec![Value::Array(vec![s("st"), entries.clone()])]);
+        let resp3 = Value::Map(vec![(s("st"), entries)]);
+        for reply in [resp2, resp3] {
+            let streams = streams(&reply).unwrap();
+            assert_eq!(streams.len(), 1);
+            assert_eq!(streams[0].0, b"st");
+            let entries = entries_of(streams[0].1).unwrap();
+            assert_eq!(entries[0].id, EntryId(1, 1));
+            assert!(entries[0].fields.is_some());
+            assert!(entries[1].fields.is_none(), "deleted");
+        }
+        assert!(streams(&Value::Nil).unwrap().is_empty());
+        assert!(streams(&Value::Int(1)).is_err());
+        let map = Value::Map(vec![(s("name"), s("g"))]);
+        assert_eq!(field(&map, "name").and_then(bytes), Some(&b"g"[..]));
+    }
+}
