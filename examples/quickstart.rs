@@ -37,7 +37,12 @@ async fn main() -> Result<(), echo_cache::Error> {
         caller.await.expect("no caller panics")?;
     }
     let game = cache.fetch(id).await?;
-    println!("{id}: {:?} from {:?}, version {}", game.secret, game.source(), game.version());
+    println!(
+        "{id}: {:?} from {:?}, version {}",
+        game.secret,
+        game.source(),
+        game.version()
+    );
 
     for table in cache.tables() {
         println!("{}: {:?}", table.spec.name(), table.stats);

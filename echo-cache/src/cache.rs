@@ -13,10 +13,10 @@ use tokio::runtime::Handle;
 use tokio::sync::watch;
 
 use crate::clock::Clock;
-use crate::coherence::link;
+use crate::coherence::{durable, link};
 use crate::directory::{self, DECLARATIONS};
 use crate::error::{BoxError, Error};
-use crate::fetched::Fetched;
+use crate::fetch::Fetch;
 use crate::id::{Id, RawId};
 use crate::l2::{self, Codec};
 use crate::mint::Minter;
@@ -104,8 +104,9 @@ impl Cache {
     /// [`Error::NotFound`] if the loader found nothing, [`Error::Load`] if
     /// it failed, [`Error::FlightCrashed`] if it panicked,
     /// [`Error::Timeout`], [`Error::NoLoader`], [`Error::NoRuntime`].
-    pub async fn fetch<T: Cached>(&self, id: Id<T>) -> Result<Fetched<T>, Error> {
-        self.fetch_within(id, self.inner.fetch_timeout).await
+    #[inline]
+    pub fn fetch<T: Cached>(&self, id: Id<T>) -> Fetch<'_, T> {
+        Fetch::new(self, id, self.inner.fetch_timeout)
     }
 
     /// [`fetch`](Self::fetch) with its own timeout (`None`: wait as long as
@@ -114,16 +115,8 @@ impl Cache {
     /// # Errors
     ///
     /// As [`fetch`](Self::fetch).
-    pub async fn fetch_within<T: Cached>(
-        &self,
-        id: Id<T>,
-        timeout: Option<Duration>,
-    ) -> Result<Fetched<T>, Error> {
-        let table = self.table::<T>();
-        if let Some(hit) = table.hit(id.payload()) {
-            return hit;
-        }
-        self.shared_table::<T>().miss(id.payload(), timeout).await
+    pub fn fetch_within<T: Cached>(&self, id: Id<T>, timeout: Option<Duration>) -> Fetch<'_, T> {
+        Fetch::new(self, id, timeout)
     }
 
     /// Writes `value` as the value of `id` under a fresh version, through L2
@@ -205,14 +198,14 @@ impl Cache {
     }
 
     #[inline]
-    fn table<T: Cached>(&self) -> &Table<T> {
+    pub(crate) fn table<T: Cached>(&self) -> &Table<T> {
         self.inner.tables[T::__declaration().slot()]
             .typed
             .downcast_ref()
             .expect("the slot of T holds the table of T")
     }
 
-    fn shared_table<T: Cached>(&self) -> Arc<Table<T>> {
+    pub(crate) fn shared_table<T: Cached>(&self) -> Arc<Table<T>> {
         Arc::clone(&self.inner.tables[T::__declaration().slot()].typed)
             .downcast()
             .expect("the slot of T holds the table of T")
@@ -243,6 +236,7 @@ pub struct Builder {
     max_value_bytes: usize,
     tombstone_ttl: Duration,
     coherence_ping_every: Duration,
+    node_name: Option<String>,
 }
 
 impl Default for Builder {
@@ -260,6 +254,7 @@ impl Default for Builder {
             max_value_bytes: Builder::DEFAULT_MAX_VALUE_BYTES,
             tombstone_ttl: Builder::DEFAULT_TOMBSTONE_TTL,
             coherence_ping_every: Builder::DEFAULT_COHERENCE_PING_EVERY,
+            node_name: None,
         }
     }
 }
@@ -292,6 +287,17 @@ impl Builder {
     #[must_use]
     pub fn coherence_ping_every(mut self, every: Duration) -> Builder {
         self.coherence_ping_every = every;
+        self
+    }
+
+    /// The name of this node, stable across its restarts: `durable` tables
+    /// read their invalidation streams through a consumer group of this name,
+    /// so a node that was away catches up on what it missed. Letters,
+    /// digits, `-`, `_` and `.`. Without one, a name unique to this process
+    /// is made up, and a restarted node starts from the newest messages.
+    #[must_use]
+    pub fn node_name(mut self, name: impl Into<String>) -> Builder {
+        self.node_name = Some(name.into());
         self
     }
 
@@ -427,12 +433,24 @@ impl Builder {
     /// # Errors
     ///
     /// [`Error::Conflict`] if two declarations share a table name or a kind,
+    /// [`Error::Config`] if the node name is not valid,
+    /// [`Error::NoRuntime`] if the cache has L2 and coherent tables and no
+    /// runtime to run their coherence lanes on,
     /// [`Error::Config`] if the L2 address is not a valid URL (or is
     /// `rediss://` without the `tls` feature, or its TLS roots are unusable).
     /// Nothing is sent to the server here: bad credentials show up later as
     /// L2 errors.
     pub fn build(self) -> Result<Cache, Error> {
         directory::check_unique()?;
+        let node_name = match self.node_name {
+            Some(name) if valid_node_name(&name) => name,
+            Some(name) => {
+                return Err(Error::Config(format!(
+                    "node name {name:?}: use letters, digits, `-`, `_` and `.`"
+                )));
+            }
+            None => format!("node-{}-{:08x}", std::process::id(), fastrand::u32(..)),
+        };
         let l2 = self
             .l2_url
             .map(|url| {
@@ -466,6 +484,7 @@ impl Builder {
                     ping_every: self.coherence_ping_every,
                     deadline: self.coherence_ping_every,
                 },
+                node_name,
                 stop: coherence_stopped,
             };
             lanes.start(shared.runtime.as_ref())?;
@@ -512,40 +531,63 @@ fn spawn_maintenance(cache: Weak<Inner>, stopped: mpsc::Receiver<()>) -> Result<
         .map_err(|e| Error::Config(format!("cannot start the maintenance thread: {e}")))
 }
 
+fn valid_node_name(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+}
+
 /// The coherence lanes of a cache with L2: the tasks that carry other
 /// nodes' invalidations to its tables.
 struct Lanes {
     tables: Vec<Arc<dyn AnyTable>>,
     server: Arc<l2::Server>,
     link: link::Settings,
+    /// The node's name, for the consumer groups of durable tables.
+    node_name: String,
     stop: watch::Receiver<()>,
 }
 
 impl Lanes {
     /// Starts the lanes its tables need, on `runtime`.
     fn start(self, runtime: Option<&Handle>) -> Result<(), Error> {
-        let linked: Vec<_> = self
-            .tables
-            .iter()
-            .filter(|t| {
-                matches!(
-                    t.spec().coherence(),
-                    Coherence::Tracking | Coherence::Broadcast
-                )
-            })
-            .cloned()
-            .collect();
-        if linked.is_empty() {
+        let of = |modes: &[Coherence]| -> Vec<Arc<dyn AnyTable>> {
+            let tables = self.tables.iter();
+            tables
+                .filter(|t| modes.contains(&t.spec().coherence()))
+                .cloned()
+                .collect()
+        };
+        let linked = of(&[Coherence::Tracking, Coherence::Broadcast]);
+        let durable = of(&[Coherence::Durable]);
+        if linked.is_empty() && durable.is_empty() {
             return Ok(());
         }
         let runtime = runtime.ok_or(Error::NoRuntime)?;
-        runtime.spawn(link::run(
-            self.server.client().clone(),
-            linked,
-            Arc::clone(self.server.link()),
-            self.link,
-            self.stop,
-        ));
+        if !durable.is_empty() {
+            let settings = durable::Settings {
+                deadline: self.link.deadline,
+                block: self.link.ping_every,
+                ..durable::Settings::default()
+            };
+            runtime.spawn(durable::run(
+                self.server.client().clone(),
+                durable,
+                self.node_name,
+                settings,
+                self.stop.clone(),
+            ));
+        }
+        if !linked.is_empty() {
+            runtime.spawn(link::run(
+                self.server.client().clone(),
+                linked,
+                Arc::clone(self.server.link()),
+                self.link,
+                self.stop,
+            ));
+        }
         Ok(())
     }
 }

@@ -37,6 +37,7 @@ impl Declaration {
 
     /// Position of this declaration in [`DECLARATIONS`]: tables of a cache
     /// are stored at the same positions, so finding one is an index.
+    #[inline]
     pub(crate) fn slot(&'static self) -> usize {
         let base = DECLARATIONS.as_ptr() as usize;
         let slot = (std::ptr::from_ref(self) as usize - base) / size_of::<Declaration>();

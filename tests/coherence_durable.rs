@@ -1,0 +1,238 @@
+//! Coherence across nodes, `durable`: cache handles on one real server, each
+//! reading the table's stream through the consumer group of its node name.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use echo_cache::{Cache, Cached, Health, Id, RawId, Source, keyspace, near_cache};
+use echo_cache_testkit::RedisServer;
+
+#[near_cache(
+    kind = "LED",
+    ttl_ms = 600_000,
+    coherence = "durable",
+    name = "ledgers"
+)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+struct Ledger {
+    revision: u64,
+}
+
+/// The longest any wait for a condition lasts before the test fails.
+const BOUND: Duration = Duration::from_secs(10);
+
+/// The system of record: one revision counter shared by every entity.
+#[derive(Clone, Default)]
+struct Store(Arc<AtomicU64>);
+
+impl Store {
+    fn node(&self, server: &RedisServer, name: &str) -> Cache {
+        let store = self.clone();
+        Cache::builder()
+            .l2(server.url())
+            .l2_timeout(Duration::from_secs(2))
+            .coherence_ping_every(Duration::from_millis(200))
+            .node_name(name)
+            .loader(move |_: Id<Ledger>| {
+                let revision = store.0.load(SeqCst);
+                async move { Ok::<_, Infallible>(Some(Ledger { revision })) }
+            })
+            .build()
+            .expect("cache builds")
+    }
+}
+
+fn health(cache: &Cache) -> Health {
+    cache
+        .tables()
+        .iter()
+        .find(|t| t.spec.name() == Ledger::spec().name())
+        .unwrap()
+        .health
+}
+
+/// Polls `probe` until it holds, for at most [`BOUND`].
+async fn eventually(what: &str, mut probe: impl AsyncFnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + BOUND;
+    while !probe().await {
+        assert!(tokio::time::Instant::now() < deadline, "never: {what}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+async fn serving(cache: &Cache) {
+    eventually("the durable lane is up", async || {
+        health(cache) == Health::Serving
+    })
+    .await;
+}
+
+fn stream() -> String {
+    keyspace::stream(Ledger::spec())
+}
+
+/// Entries of the stream read by the group of `node` and not acknowledged.
+fn pending(server: &RedisServer, node: &str) -> i64 {
+    let summary: (i64, redis::Value, redis::Value, redis::Value) = server.query(
+        redis::cmd("XPENDING")
+            .arg(stream())
+            .arg(format!("ecc:{node}")),
+    );
+    summary.0
+}
+
+/// Kills the connection of the durable lane of `node`.
+fn kill_lane(server: &RedisServer, node: &str) {
+    let clients: String = server.query(redis::cmd("CLIENT").arg("LIST"));
+    let id = clients
+        .lines()
+        .find(|line| line.contains(&format!("name=ecc-durable:{node} ")))
+        .and_then(|line| line.split(' ').find_map(|kv| kv.strip_prefix("id=")))
+        .expect("the lane's connection is named")
+        .to_owned();
+    let killed: i64 = server.query(redis::cmd("CLIENT").arg("KILL").arg("ID").arg(id));
+    assert_eq!(killed, 1);
+}
+
+#[tokio::test]
+async fn a_write_on_one_node_evicts_the_row_on_another() {
+    let server = RedisServer::start();
+    let store = Store::default();
+    let (a, b) = (store.node(&server, "a"), store.node(&server, "b"));
+    serving(&a).await;
+    serving(&b).await;
+    let id = Id::<Ledger>::mint();
+
+    assert_eq!(b.fetch(id).await.unwrap().revision, 0);
+    assert_eq!(b.fetch(id).await.unwrap().source(), Source::Hit);
+    store.0.store(1, SeqCst);
+    a.put(id, Ledger { revision: 1 }).await.unwrap();
+    assert_eq!(a.fetch(id).await.unwrap().revision, 1, "read your writes");
+    eventually("B drops its old row", async || {
+        b.fetch(id).await.unwrap().revision == 1
+    })
+    .await;
+
+    store.0.store(2, SeqCst);
+    let version = a.invalidate(id).await.unwrap();
+    eventually("B drops its row again", async || {
+        b.fetch(id).await.unwrap().revision == 2
+    })
+    .await;
+    // A repeated message changes nothing: B keeps its new row.
+    let before = b.stats::<Ledger>().invalidations;
+    a.invalidate_at(id, version).await.unwrap();
+    eventually("acknowledged", async || pending(&server, "b") == 0).await;
+    assert_eq!(b.fetch(id).await.unwrap().source(), Source::Hit);
+    assert_eq!(b.stats::<Ledger>().invalidations, before);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_consumer_killed_mid_batch_applies_every_message_and_drains_its_pending_list() {
+    let server = RedisServer::start();
+    let store = Store::default();
+    let (a, b) = (store.node(&server, "a"), store.node(&server, "b"));
+    serving(&a).await;
+    serving(&b).await;
+    let ids: Vec<Id<Ledger>> = (0..100).map(|_| Id::mint()).collect();
+    for &id in &ids {
+        assert_eq!(b.fetch(id).await.unwrap().source(), Source::Fill);
+    }
+    let before = b.stats::<Ledger>().invalidations;
+
+    // A reader on B: per id, the versions it reads never go backwards.
+    let reader = {
+        let (b, ids) = (b.clone(), ids.clone());
+        tokio::spawn(async move {
+            let mut newest: HashMap<Id<Ledger>, RawId> = HashMap::new();
+            let mut reads = 0u64;
+            let start = tokio::time::Instant::now();
+            while start.elapsed() < Duration::from_millis(1_500) {
+                for &id in &ids {
+                    let fetched = b.fetch(id).await.unwrap();
+                    if let Some(seen) = newest.insert(id, fetched.version()) {
+                        assert!(
+                            !echo_cache::newer(&seen, &fetched.version()),
+                            "{id}: read {} after {seen}",
+                            fetched.version()
+                        );
+                    }
+                    reads += 1;
+                }
+                tokio::task::yield_now().await;
+            }
+            reads
+        })
+    };
+
+    // A writes 5 rounds over the 100 ids; B's lane is killed mid-way.
+    let written = Arc::new(Mutex::new(0u64));
+    for round in 1..=5u64 {
+        store.0.store(round, SeqCst);
+        for &id in &ids {
+            a.invalidate(id).await.unwrap();
+            *written.lock().unwrap() += 1;
+        }
+        if round == 2 {
+            kill_lane(&server, "b");
+        }
+    }
+    assert!(reader.await.unwrap() > 0);
+
+    eventually("every message applied on B", async || {
+        b.stats::<Ledger>().invalidations - before == *written.lock().unwrap()
+    })
+    .await;
+    eventually("B's pending list drained", async || {
+        pending(&server, "b") == 0
+    })
+    .await;
+    serving(&b).await;
+    for &id in &ids {
+        assert_eq!(b.fetch(id).await.unwrap().revision, 5, "{id}");
+    }
+}
+
+#[tokio::test]
+async fn a_node_restarted_under_its_name_catches_up_on_what_it_missed() {
+    let server = RedisServer::start();
+    let store = Store::default();
+    let a = store.node(&server, "a");
+    let b = store.node(&server, "b");
+    serving(&a).await;
+    serving(&b).await;
+    drop(b);
+    eventually("B's lane is gone", async || {
+        let clients: String = server.query(redis::cmd("CLIENT").arg("LIST"));
+        !clients.contains("name=ecc-durable:b ")
+    })
+    .await;
+
+    let ids: Vec<Id<Ledger>> = (0..50).map(|_| Id::mint()).collect();
+    for &id in &ids {
+        a.invalidate(id).await.unwrap();
+    }
+    // A node that starts afresh reads only what comes after it.
+    let c = store.node(&server, "c");
+    serving(&c).await;
+
+    let b = store.node(&server, "b");
+    serving(&b).await;
+    assert_eq!(
+        b.stats::<Ledger>().invalidations,
+        50,
+        "B caught up before it served from L1"
+    );
+    assert_eq!(pending(&server, "b"), 0);
+    assert_eq!(c.stats::<Ledger>().invalidations, 0);
+
+    let id = Id::<Ledger>::mint();
+    a.invalidate(id).await.unwrap();
+    eventually("C reads what comes after it", async || {
+        c.stats::<Ledger>().invalidations == 1
+    })
+    .await;
+}
