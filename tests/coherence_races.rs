@@ -1,6 +1,10 @@
 //! Coherence under concurrency, on one real server with two cache nodes:
 //! the stale-read checker of each mode, fills racing invalidations, and a
 //! node's own fills never evicting its own rows.
+//!
+//! Besides the `tracking` and `broadcast` tables of `coherence_support`,
+//! this binary declares a `durable` one: every node here also runs a
+//! durable lane.
 
 mod coherence_support;
 
@@ -10,19 +14,64 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use coherence_support::{
-    Broadcast, Entity, Row, Sor, Tracked, bounded, builder, eventually, l2_row, linked, node,
+    Broadcast, Entity, Row, Sor, Tracked, bounded, builder, eventually, health, l2_row, linked,
+    node, with_loaders,
 };
-use echo_cache::{Cache, Id, RawId, Source};
+use echo_cache::{Cache, Health, Id, RawId, Source, near_cache};
 use echo_cache_testkit::RedisServer;
 use tokio::sync::{mpsc, oneshot};
 
-/// The delivery bound `D` of `tracking` and `broadcast` on loopback: a
-/// write acknowledged on one node is applied on every other node within it
-/// (see "Delivery bound" in `echo-cache/src/coherence/mod.rs`). A push or
+/// The delivery bound `D` on loopback, the same for `tracking`,
+/// `broadcast` and `durable`: a write acknowledged on one node is applied
+/// on every other node within it (see "Delivery bound" in
+/// `echo-cache/src/coherence/mod.rs`; a durable lane's read is blocked on
+/// the stream, so it takes a message as soon as it is appended). A push or
 /// a message takes well under a millisecond on loopback; the bound is
-/// generous so that a loaded two-core CI machine, which may leave the
-/// link's task unscheduled for a while, does not fail the checker.
+/// generous so that a loaded two-core CI machine, which may leave a lane's
+/// task unscheduled for a while, does not fail the checker.
 const D: Duration = Duration::from_millis(100);
+
+#[near_cache(
+    kind = "DUR",
+    ttl_ms = 600_000,
+    coherence = "durable",
+    name = "durable"
+)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+struct Durable {
+    revision: u64,
+}
+
+impl Entity for Durable {
+    fn at(revision: u64) -> Durable {
+        Durable { revision }
+    }
+    fn revision(&self) -> u64 {
+        self.revision
+    }
+}
+
+/// A node whose loaders, the durable table's included, read `sor`.
+fn checker_node(server: &RedisServer, sor: &Sor) -> Cache {
+    let durable = sor.clone();
+    with_loaders(builder(server), sor)
+        .loader(move |id: Id<Durable>| {
+            let revision = durable.get(id.raw());
+            async move { Ok::<_, Infallible>(Some(Durable { revision })) }
+        })
+        .build()
+        .expect("cache builds")
+}
+
+/// Waits until every coherent table of `cache` serves: its link and its
+/// durable lane are up.
+async fn lanes_up(cache: &Cache) {
+    linked(cache).await;
+    eventually("the durable lane is up", async || {
+        health::<Durable>(cache) == Health::Serving
+    })
+    .await;
+}
 
 /// How long the readers of the stale-read checker read.
 const RUN_FOR: Duration = Duration::from_millis(2_500);
@@ -68,9 +117,9 @@ impl Rng {
 async fn stale_read_checker<T: Entity>() {
     let server = RedisServer::start();
     let sor = Sor::default();
-    let nodes = [node(&server, &sor), node(&server, &sor)];
+    let nodes = [checker_node(&server, &sor), checker_node(&server, &sor)];
     for node in &nodes {
-        linked(node).await;
+        lanes_up(node).await;
     }
     let ids: Arc<Vec<Id<T>>> = Arc::new((0..IDS).map(|_| Id::mint()).collect());
     let until = Instant::now() + RUN_FOR;
@@ -226,6 +275,11 @@ async fn stale_read_checker_broadcast() {
     stale_read_checker::<Broadcast>().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stale_read_checker_durable() {
+    stale_read_checker::<Durable>().await;
+}
+
 /// What a gated loader tells the test when it has read the system of
 /// record: the id, the revision it read, and the sender that lets it return.
 type Entered = (RawId, u64, oneshot::Sender<()>);
@@ -237,7 +291,8 @@ fn gated_node(server: &RedisServer, sor: &Sor) -> (Cache, mpsc::UnboundedReceive
     let (entered, receiver) = mpsc::unbounded_channel();
     let cache = builder(server)
         .loader(gated::<Tracked>(sor.clone(), entered.clone()))
-        .loader(gated::<Broadcast>(sor.clone(), entered))
+        .loader(gated::<Broadcast>(sor.clone(), entered.clone()))
+        .loader(gated::<Durable>(sor.clone(), entered))
         .build()
         .expect("cache builds");
     (cache, receiver)
@@ -281,8 +336,8 @@ async fn fill_versus_invalidate<T: Entity>() {
     let sor = Sor::default();
     let (filler, mut entered) = gated_node(&server, &sor);
     let (other, _other_entered) = gated_node(&server, &sor);
-    linked(&filler).await;
-    linked(&other).await;
+    lanes_up(&filler).await;
+    lanes_up(&other).await;
     let mut raw = server.connection().await;
 
     for round in 0..ROUNDS {
@@ -348,6 +403,11 @@ async fn a_fill_racing_an_invalidation_installs_nowhere_tracking() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fill_racing_an_invalidation_installs_nowhere_broadcast() {
     fill_versus_invalidate::<Broadcast>().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fill_racing_an_invalidation_installs_nowhere_durable() {
+    fill_versus_invalidate::<Durable>().await;
 }
 
 /// `tracking`: a node's own fills never evict its own rows. Node A fills

@@ -98,7 +98,8 @@
 //! remain. Delivery bound: a live node reads a message as soon as it is
 //! appended (its read is blocked on the stream); a node that cannot read
 //! stops serving the table from L1 within the read's `BLOCK` time plus the
-//! deadline.
+//! deadline. The stale-read checker holds `durable` to the same D as the
+//! link's modes (100 ms, above).
 
 mod applied;
 pub(crate) mod durable;
