@@ -14,7 +14,7 @@ use tokio::sync::watch;
 
 use crate::clock::Clock;
 use crate::coherence::{durable, link};
-use crate::directory::{self, DECLARATIONS};
+use crate::directory::{self, DECLARATIONS, Declaration};
 use crate::error::{BoxError, Error};
 use crate::fetch::Fetch;
 use crate::id::{Id, RawId};
@@ -65,6 +65,8 @@ pub struct Cache {
 struct Inner {
     /// The table of each declaration, at the declaration's position.
     tables: Box<[Slot]>,
+    /// The address of the first declaration.
+    directory: usize,
     clock: Clock,
     fetch_timeout: Option<Duration>,
     /// Dropping it stops the maintenance thread.
@@ -76,6 +78,8 @@ struct Inner {
 struct Slot {
     /// The `Table<T>`, for the typed paths.
     typed: Arc<dyn Any + Send + Sync>,
+    /// The `TypeId` of that `Table<T>`.
+    type_id: TypeId,
     /// The same table, for the paths that do not know `T`.
     erased: Arc<dyn AnyTable>,
 }
@@ -197,16 +201,32 @@ impl Cache {
         &self.inner.clock
     }
 
+    /// The slot of `T`'s table: its declaration's position in the
+    /// directory, found by address (the hot path of every fetch).
+    #[inline]
+    fn slot<T: Cached>(&self) -> &Slot {
+        let declaration = std::ptr::from_ref(T::__declaration()) as usize;
+        &self.inner.tables[(declaration - self.inner.directory) / size_of::<Declaration>()]
+    }
+
     #[inline]
     pub(crate) fn table<T: Cached>(&self) -> &Table<T> {
-        self.inner.tables[T::__declaration().slot()]
-            .typed
-            .downcast_ref()
-            .expect("the slot of T holds the table of T")
+        let slot = self.slot::<T>();
+        assert!(
+            slot.type_id == TypeId::of::<Table<T>>(),
+            "the slot of T holds the table of T"
+        );
+        #[allow(clippy::cast_ptr_alignment)] // it points to a `Table<T>`: see below
+        let table = Arc::as_ptr(&slot.typed).cast::<Table<T>>();
+        // SAFETY: `table` points to a live `Table<T>` (so it is aligned for
+        // one): its `TypeId` was just compared, which is what `downcast_ref`
+        // does, without the virtual call; the `Arc` in `slot` keeps it alive
+        // as long as `self` is borrowed.
+        unsafe { &*table }
     }
 
     pub(crate) fn shared_table<T: Cached>(&self) -> Arc<Table<T>> {
-        Arc::clone(&self.inner.tables[T::__declaration().slot()].typed)
+        Arc::clone(&self.slot::<T>().typed)
             .downcast()
             .expect("the slot of T holds the table of T")
     }
@@ -472,7 +492,12 @@ impl Builder {
             .map(|decl| {
                 let erased = (decl.open)(decl, &shared);
                 let typed = Arc::clone(&erased).into_any();
-                Slot { typed, erased }
+                let type_id = (*typed).type_id();
+                Slot {
+                    typed,
+                    type_id,
+                    erased,
+                }
             })
             .collect();
         let (stop_coherence, coherence_stopped) = watch::channel(());
@@ -492,6 +517,7 @@ impl Builder {
         let (stop, stopped) = mpsc::channel();
         let inner = Arc::new(Inner {
             tables,
+            directory: DECLARATIONS.as_ptr() as usize,
             clock: self.clock,
             fetch_timeout: self.fetch_timeout,
             _stop: stop,

@@ -34,16 +34,6 @@ impl Declaration {
             open: crate::table::open::<T>,
         }
     }
-
-    /// Position of this declaration in [`DECLARATIONS`]: tables of a cache
-    /// are stored at the same positions, so finding one is an index.
-    #[inline]
-    pub(crate) fn slot(&'static self) -> usize {
-        let base = DECLARATIONS.as_ptr() as usize;
-        let slot = (std::ptr::from_ref(self) as usize - base) / size_of::<Declaration>();
-        debug_assert!(std::ptr::eq(std::ptr::from_ref(&DECLARATIONS[slot]), self));
-        slot
-    }
 }
 
 /// The parts of a [`TableSpec`], as the attribute writes them.
