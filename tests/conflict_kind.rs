@@ -29,8 +29,8 @@ fn building_a_cache_names_both_types() {
     else {
         panic!("expected Conflict, got {error:?}");
     };
-    assert_eq!(what, "kind `SAM`");
-    let mut types = [first, second];
+    assert_eq!(&**what, "kind `SAM`");
+    let mut types = [first.type_name(), second.type_name()];
     types.sort_unstable();
     assert_eq!(types, ["conflict_kind::One", "conflict_kind::Two"]);
     let message = error.to_string();

@@ -122,9 +122,9 @@ pub(crate) fn check_unique() -> Result<(), Error> {
             };
             if let Some(what) = clash {
                 return Err(Error::Conflict {
-                    what,
-                    first: a.type_name,
-                    second: b.type_name,
+                    what: what.into(),
+                    first: a,
+                    second: b,
                 });
             }
         }

@@ -65,11 +65,11 @@ pub enum Error {
     /// Two declarations in the program share a table name or a kind.
     Conflict {
         /// What they share, e.g. "table name `games`".
-        what: String,
-        /// One declaring type.
-        first: &'static str,
-        /// The other declaring type.
-        second: &'static str,
+        what: Arc<str>,
+        /// One declaration (see [`TableSpec::type_name`](crate::TableSpec::type_name)).
+        first: &'static crate::TableSpec,
+        /// The other declaration.
+        second: &'static crate::TableSpec,
     },
     /// The cache was configured with an invalid setting.
     Config(String),
@@ -97,7 +97,12 @@ impl fmt::Display for Error {
                 what,
                 first,
                 second,
-            } => write!(f, "`{first}` and `{second}` both declare the {what}"),
+            } => write!(
+                f,
+                "`{}` and `{}` both declare the {what}",
+                first.type_name(),
+                second.type_name()
+            ),
             Error::Config(what) => write!(f, "invalid cache configuration: {what}"),
         }
     }

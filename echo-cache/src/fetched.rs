@@ -5,6 +5,7 @@ use std::ops::Deref;
 use std::sync::Arc;
 
 use crate::id::RawId;
+use crate::spec::Cached;
 
 /// Where a fetched value came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -25,11 +26,13 @@ pub enum Source {
 pub struct Fetched<T> {
     value: Arc<T>,
     source: Source,
-    version: RawId,
+    /// The payload of the version; its kind is `T`'s.
+    version: u64,
 }
 
 impl<T> Fetched<T> {
-    pub(crate) fn new(value: Arc<T>, source: Source, version: RawId) -> Fetched<T> {
+    #[inline]
+    pub(crate) fn new(value: Arc<T>, source: Source, version: u64) -> Fetched<T> {
         Fetched {
             value,
             source,
@@ -54,13 +57,15 @@ impl<T> Fetched<T> {
     pub fn source(&self) -> Source {
         self.source
     }
+}
 
+impl<T: Cached> Fetched<T> {
     /// The version of the value: an id of the table's kind, minted when the
     /// value was written (or the entity's own id, for tables with coherence
     /// `none`, whose entities never change).
     #[must_use]
     pub fn version(&self) -> RawId {
-        self.version
+        RawId::new(T::KIND, self.version)
     }
 }
 
@@ -82,12 +87,12 @@ impl<T> Deref for Fetched<T> {
     }
 }
 
-impl<T: fmt::Debug> fmt::Debug for Fetched<T> {
+impl<T: Cached + fmt::Debug> fmt::Debug for Fetched<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Fetched")
             .field("value", &self.value)
             .field("source", &self.source)
-            .field("version", &self.version)
+            .field("version", &self.version())
             .finish()
     }
 }

@@ -29,7 +29,7 @@ use crate::error::{BoxError, Error};
 use crate::fetched::{Fetched, Source};
 use crate::flight::{Flights, Joined};
 use crate::id::{Id, RawId};
-use crate::l1::{self, Kept, Row, Rows};
+use crate::l1::{self, Kept, Live, Row, Rows};
 use crate::l2::{self, Codec, Found, Postcard, Tier, Write};
 use crate::mint::Minter;
 use crate::roster::{Health, TableInfo};
@@ -142,11 +142,16 @@ impl<T: Cached> Table<T> {
     pub(crate) fn hit(&self, key: u64) -> Option<Result<Fetched<T>, Error>> {
         let live = self.rows.get(key, self.clock.now_ms())?;
         self.hits.incr();
-        let version = RawId::new(T::KIND, live.version);
-        Some(match live.value {
-            Some(value) => Ok(Fetched::new(value, Source::Hit, version)),
+        Some(self.answer(key, live))
+    }
+
+    /// The answer of a live L1 row: its value, or the remembered absence.
+    #[inline]
+    fn answer(&self, key: u64, live: Live<T>) -> Result<Fetched<T>, Error> {
+        match live.value {
+            Some(value) => Ok(Fetched::new(value, Source::Hit, live.version)),
             None => Err(self.not_found(key)),
-        })
+        }
     }
 
     /// Step 2: joins or starts the flight of `key` and waits for its answer
@@ -218,11 +223,7 @@ impl<T: Cached> Table<T> {
     /// then the loader.
     async fn resolve(&self, key: u64) -> Result<Fetched<T>, Error> {
         if let Some(live) = self.rows.get(key, self.clock.now_ms()) {
-            let version = RawId::new(T::KIND, live.version);
-            return match live.value {
-                Some(value) => Ok(Fetched::new(value, Source::Hit, version)),
-                None => Err(self.not_found(key)),
-            };
+            return self.answer(key, live);
         }
         let mut over_bad = false;
         if let Some(tier) = &self.tier {
@@ -230,7 +231,8 @@ impl<T: Cached> Table<T> {
                 // A frame older than an applied invalidation is stale (its
                 // conditional drop did not reach L2): load instead.
                 Found::Value(version, value) if !self.applied.overtakes(key, version.payload()) => {
-                    return Ok(Fetched::new(Arc::new(value), Source::L2, version));
+                    let value = Arc::new(value);
+                    return Ok(Fetched::new(value, Source::L2, version.payload()));
                 }
                 Found::Bad => over_bad = true,
                 _ => {}
@@ -259,7 +261,11 @@ impl<T: Cached> Table<T> {
                     )
                     .await;
                 }
-                Ok(Fetched::new(Arc::new(value), Source::Fill, version))
+                Ok(Fetched::new(
+                    Arc::new(value),
+                    Source::Fill,
+                    version.payload(),
+                ))
             }
             Ok(None) => Err(self.not_found(key)),
             Err(source) => Err(Error::Load {
