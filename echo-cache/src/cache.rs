@@ -99,9 +99,10 @@ impl Cache {
     ///
     /// # Concurrent calls on the same id
     ///
-    /// Misses of one id share one flight, which runs as its own task: the
-    /// loader runs once however many callers wait, and a caller that gives
-    /// up cancels nothing for the others.
+    /// Misses of one id share one flight: the loader runs once however many
+    /// callers wait. The first caller drives the flight in its own task; if
+    /// it gives up (a timeout, a dropped future), the flight goes on as a
+    /// task of its own, so no caller cancels anything for the others.
     ///
     /// # Errors
     ///

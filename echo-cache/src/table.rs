@@ -4,7 +4,8 @@
 //!
 //! 1. [`Table::hit`]: a live L1 row answers in the caller's thread.
 //! 2. [`Table::miss`]: the caller joins the key's flight, or starts one and
-//!    launches it as a detached task; either way it waits for the one answer.
+//!    drives it (handing it to the runtime as its own task if the caller
+//!    gives up first); either way it waits for the one answer.
 //! 3. [`Table::resolve`], in the flight: re-check L1, then L2, then the
 //!    loader.
 //! 4. [`Table::land`]: install the value in L1 unless a write overtook the
@@ -12,9 +13,12 @@
 
 use std::any::{Any, TypeId};
 use std::collections::HashMap;
+use std::future::Future;
 use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use futures_util::FutureExt;
@@ -162,46 +166,58 @@ impl<T: Cached> Table<T> {
         timeout: Option<Duration>,
     ) -> Result<Fetched<T>, Error> {
         Counters::bump(&self.counters.misses);
-        let runtime = Handle::try_current()
-            .ok()
+        let current = Handle::try_current().ok();
+        let in_runtime = current.is_some();
+        let runtime = current
             .or_else(|| self.runtime.clone())
             .ok_or(Error::NoRuntime)?;
         let joined = self.flights.join(key, watch::Sender::subscribe, || {
             let (sender, receiver) = watch::channel(None);
             (sender, receiver)
         });
-        let answer = match joined {
+        let (mut answer, flight) = match joined {
             Joined::Follower(answer) => {
                 Counters::bump(&self.counters.coalesced);
-                answer
+                (answer, None)
             }
             Joined::Leader(token, answer) => {
-                let flight = Landing {
+                let landing = Landing {
                     table: Some(Arc::clone(&self)),
                     key,
                     token,
                 };
-                // Detached: dropping or timing out the callers cancels nothing.
-                runtime.spawn(flight.fly());
-                answer
+                let flight = Detachable::new(landing.fly(), runtime.clone());
+                if in_runtime {
+                    (answer, Some(flight))
+                } else {
+                    // Outside the runtime the flight cannot run here:
+                    // dropping it hands it to the runtime.
+                    drop(flight);
+                    (answer, None)
+                }
             }
         };
-        self.wait(answer, timeout, &runtime).await
-    }
-
-    async fn wait(
-        &self,
-        mut answer: watch::Receiver<Answer<T>>,
-        timeout: Option<Duration>,
-        runtime: &Handle,
-    ) -> Result<Fetched<T>, Error> {
         let landed = async {
+            // The leader drives the flight in its own task (no hop to another
+            // thread); if it gives up first, the flight goes on detached.
+            if let Some(flight) = flight {
+                flight.await;
+            }
             match answer.wait_for(Option::is_some).await {
                 Ok(answer) => answer.clone().expect("waited for Some"),
                 // Unreachable while `Landing` answers on drop; never hang anyway.
                 Err(_) => Err(self.crashed("the flight ended without an answer")),
             }
         };
+        self.wait(landed, timeout, &runtime).await
+    }
+
+    async fn wait(
+        &self,
+        landed: impl Future<Output = Result<Fetched<T>, Error>>,
+        timeout: Option<Duration>,
+        runtime: &Handle,
+    ) -> Result<Fetched<T>, Error> {
         match timeout {
             None => landed.await,
             Some(after) => {
@@ -523,6 +539,46 @@ impl<T: Cached> AnyTable for Table<T> {
 
     fn into_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync> {
         self
+    }
+}
+
+/// A flight driven by the caller that started it, until that caller gives
+/// up (times out, or is dropped): then it is handed to the runtime as its
+/// own task, so it still lands and answers the other waiters.
+struct Detachable {
+    flight: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
+    runtime: Handle,
+}
+
+impl Detachable {
+    fn new(flight: impl Future<Output = ()> + Send + 'static, runtime: Handle) -> Detachable {
+        Detachable {
+            flight: Some(Box::pin(flight)),
+            runtime,
+        }
+    }
+}
+
+impl Future for Detachable {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let Some(flight) = self.flight.as_mut() else {
+            return Poll::Ready(());
+        };
+        let landed = flight.as_mut().poll(cx);
+        if landed.is_ready() {
+            self.flight = None;
+        }
+        landed
+    }
+}
+
+impl Drop for Detachable {
+    fn drop(&mut self) {
+        if let Some(flight) = self.flight.take() {
+            self.runtime.spawn(flight);
+        }
     }
 }
 
