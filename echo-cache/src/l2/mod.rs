@@ -180,13 +180,13 @@ impl Server {
     }
 
     async fn connection(&self) -> Result<ConnectionManager, RedisError> {
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(self.timeout))
-            .set_number_of_retries(2)
-            .set_min_delay(Duration::from_millis(10))
-            .set_max_delay(Duration::from_secs(1));
         self.connection
             .get_or_try_init(|| async {
+                let config = ConnectionManagerConfig::new()
+                    .set_connection_timeout(Some(self.timeout))
+                    .set_number_of_retries(2)
+                    .set_min_delay(Duration::from_millis(10))
+                    .set_max_delay(Duration::from_secs(1));
                 ConnectionManager::new_lazy_with_config(self.client.clone(), config)
             })
             .await
