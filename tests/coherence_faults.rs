@@ -78,6 +78,23 @@ async fn coherent<T: Entity>(a: &Cache, b: &Cache, sor: &Sor) {
     .await;
 }
 
+/// Both tables follow writes from A to B and from B to A.
+async fn both_coherent(a: &Cache, b: &Cache, sor: &Sor) {
+    coherent::<Tracked>(a, b, sor).await;
+    coherent::<Broadcast>(a, b, sor).await;
+}
+
+/// After a fault on B's link: B flushed, both links are back, B's old rows
+/// `rows` are not hits any more, and both tables are coherent again.
+async fn recovered(a: &Cache, b: &Cache, sor: &Sor, rows: (Id<Tracked>, Id<Broadcast>)) {
+    flushed(b).await;
+    linked(b).await;
+    linked(a).await;
+    not_a_hit(b, rows.0, 0).await;
+    not_a_hit(b, rows.1, 0).await;
+    both_coherent(a, b, sor).await;
+}
+
 async fn query<T: redis::FromRedisValue>(raw: &mut MultiplexedConnection, cmd: &redis::Cmd) -> T {
     cmd.query_async(raw).await.expect("a raw command")
 }
@@ -158,8 +175,7 @@ async fn a_killed_link_flushes_and_bypasses_l1_until_it_is_back() {
         Source::Hit,
         "L1 keeps rows again"
     );
-    coherent::<Tracked>(&a, &b, &sor).await;
-    coherent::<Broadcast>(&a, &b, &sor).await;
+    both_coherent(&a, &b, &sor).await;
     coherent::<Tracked>(&b, &a, &sor).await;
     coherent::<Broadcast>(&b, &a, &sor).await;
 }
@@ -179,8 +195,7 @@ async fn client_kill_type_pubsub_flushes_and_the_link_comes_back() {
     linked(&b).await;
     not_a_hit(&b, t, 0).await;
     not_a_hit(&b, w, 0).await;
-    coherent::<Tracked>(&a, &b, &sor).await;
-    coherent::<Broadcast>(&a, &b, &sor).await;
+    both_coherent(&a, &b, &sor).await;
 }
 
 /// A half-open link: the server stops answering (`SIGSTOP`), the link's
@@ -205,13 +220,7 @@ async fn a_half_open_link_is_lost_at_its_ping_deadline() {
         bypassing.is_ok(),
         "B never bypassed L1 while the server was stopped"
     );
-    flushed(&b).await;
-    linked(&b).await;
-    linked(&a).await;
-    not_a_hit(&b, t, 0).await;
-    not_a_hit(&b, w, 0).await;
-    coherent::<Tracked>(&a, &b, &sor).await;
-    coherent::<Broadcast>(&a, &b, &sor).await;
+    recovered(&a, &b, &sor, (t, w)).await;
 }
 
 /// A link dropped by the server for its output buffer: with a tiny
@@ -250,13 +259,7 @@ async fn a_link_dropped_for_its_output_buffer_flushes_and_comes_back() {
         "the server closed both links for their output buffer:\n{log}"
     );
 
-    flushed(&b).await;
-    linked(&b).await;
-    linked(&a).await;
-    not_a_hit(&b, t, 0).await;
-    not_a_hit(&b, w, 0).await;
-    coherent::<Tracked>(&a, &b, &sor).await;
-    coherent::<Broadcast>(&a, &b, &sor).await;
+    recovered(&a, &b, &sor, (t, w)).await;
 }
 
 /// `FLUSHALL` empties L2, tombstones included; the server pushes a NULL
@@ -287,8 +290,7 @@ async fn flushall_flushes_the_tracking_tables() {
     );
     assert_eq!(link_clients(&server), links, "the links stayed up");
     assert_eq!(health::<Tracked>(&b), Health::Serving);
-    coherent::<Tracked>(&a, &b, &sor).await;
-    coherent::<Broadcast>(&a, &b, &sor).await;
+    both_coherent(&a, &b, &sor).await;
 }
 
 /// `SCRIPT FLUSH` empties the server's script cache: the next versioned
@@ -345,8 +347,7 @@ async fn writes_go_on_after_script_flush() {
     let filled = b.fetch(fresh).await.unwrap();
     assert_eq!(l2_row(&mut raw, fresh).await, Row::Frame(filled.version()));
     assert_eq!(dropped(&b), 0, "no L2 write was dropped");
-    coherent::<Tracked>(&a, &b, &sor).await;
-    coherent::<Broadcast>(&a, &b, &sor).await;
+    both_coherent(&a, &b, &sor).await;
 }
 
 /// Malformed invalidations are dropped and counted, never a panic: a
@@ -385,8 +386,7 @@ async fn malformed_invalidations_are_dropped_and_counted() {
     assert_eq!(link_clients(&server), links, "the links stayed up");
     assert_eq!(b.fetch(t).await.unwrap().source(), Source::Hit);
     assert_eq!(b.fetch(w).await.unwrap().source(), Source::Hit);
-    coherent::<Tracked>(&a, &b, &sor).await;
-    coherent::<Broadcast>(&a, &b, &sor).await;
+    both_coherent(&a, &b, &sor).await;
 }
 
 /// One push naming several keys (the server gathers the keys written under
