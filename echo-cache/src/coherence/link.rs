@@ -52,6 +52,32 @@ impl Current {
     }
 }
 
+/// A table of the link and the address its invalidations come by: the key
+/// prefix of a tracking table, the channel of a broadcast table. Computed
+/// once, not for every push.
+struct Route {
+    table: Arc<dyn AnyTable>,
+    address: Vec<u8>,
+}
+
+impl Route {
+    fn of(table: &Arc<dyn AnyTable>) -> Route {
+        let spec = table.spec();
+        let address = match spec.coherence() {
+            Coherence::Tracking => crate::keyspace::prefix(spec),
+            _ => crate::keyspace::channel(spec),
+        };
+        Route {
+            table: Arc::clone(table),
+            address: address.into_bytes(),
+        }
+    }
+
+    fn tracking(&self) -> bool {
+        self.table.spec().coherence() == Coherence::Tracking
+    }
+}
+
 /// Runs sessions until `stop` is dropped.
 pub(crate) async fn run(
     client: Client,
@@ -67,10 +93,11 @@ pub(crate) async fn run(
             return;
         }
     };
+    let routes: Vec<Route> = tables.iter().map(Route::of).collect();
     let mut backoff = Duration::from_millis(10);
     loop {
         let outcome = tokio::select! {
-            outcome = session(&client, &tables, &current, &settings) => outcome,
+            outcome = session(&client, &routes, &current, &settings) => outcome,
             _ = stop.changed() => return,
         };
         current.set(None);
@@ -95,7 +122,7 @@ pub(crate) async fn run(
 /// connection is lost. Returns why it ended.
 async fn session(
     client: &Client,
-    tables: &[Arc<dyn AnyTable>],
+    routes: &[Route],
     current: &Current,
     settings: &Settings,
 ) -> Result<(), String> {
@@ -116,18 +143,15 @@ async fn session(
         .arg("BCAST")
         .arg("NOLOOP");
     let mut tracked = false;
-    for table in tables {
-        let spec = table.spec();
-        match spec.coherence() {
-            Coherence::Tracking => {
-                tracking.arg("PREFIX").arg(crate::keyspace::prefix(spec));
-                tracked = true;
-            }
-            Coherence::Broadcast => connection
-                .subscribe(crate::keyspace::channel(spec))
+    for route in routes {
+        if route.tracking() {
+            tracking.arg("PREFIX").arg(&route.address);
+            tracked = true;
+        } else {
+            connection
+                .subscribe(&route.address)
                 .await
-                .map_err(|e| format!("subscribe: {e}"))?,
-            _ => {}
+                .map_err(|e| format!("subscribe: {e}"))?;
         }
     }
     if tracked {
@@ -137,8 +161,8 @@ async fn session(
             .map_err(|e| format!("CLIENT TRACKING: {e}"))?;
     }
     current.set(Some(connection.clone()));
-    for table in tables {
-        table.trust();
+    for route in routes {
+        route.table.trust();
     }
 
     let mut ping = tokio::time::interval(settings.ping_every);
@@ -150,7 +174,7 @@ async fn session(
                 Some(push) if push.kind == PushKind::Disconnection => {
                     return Err("the server closed the connection".into());
                 }
-                Some(push) => apply(tables, &push),
+                Some(push) => apply(routes, &push),
             },
             _ = ping.tick() => {
                 let command = redis::cmd("PING");
@@ -167,19 +191,19 @@ async fn session(
 
 /// Applies one push: an invalidation of tracked keys (or of everything,
 /// after FLUSHALL/FLUSHDB), or a broadcast message.
-fn apply(tables: &[Arc<dyn AnyTable>], push: &PushInfo) {
+fn apply(routes: &[Route], push: &PushInfo) {
     match push.kind {
         PushKind::Invalidate => match push.data.first() {
             Some(Value::Array(keys)) => {
                 for key in keys {
-                    invalidate_key(tables, key);
+                    invalidate_key(routes, key);
                 }
             }
             // A NULL list: the server flushed its keys.
-            _ => tables
+            _ => routes
                 .iter()
-                .filter(|t| t.spec().coherence() == Coherence::Tracking)
-                .for_each(|table| table.flush()),
+                .filter(|route| route.tracking())
+                .for_each(|route| route.table.flush()),
         },
         PushKind::Message => {
             let (Some(Value::BulkString(channel)), Some(Value::BulkString(payload))) =
@@ -187,29 +211,26 @@ fn apply(tables: &[Arc<dyn AnyTable>], push: &PushInfo) {
             else {
                 return;
             };
-            let Some(table) = tables
+            let Some(route) = routes
                 .iter()
-                .find(|t| crate::keyspace::channel(t.spec()).as_bytes() == channel.as_slice())
+                .find(|route| !route.tracking() && route.address == *channel)
             else {
                 return;
             };
-            match message::decode(payload, table.spec().kind()) {
-                Some((key, version)) => table.apply(key, Some(version)),
-                None => table.malformed(),
+            match message::decode(payload, route.table.spec().kind()) {
+                Some((key, version)) => route.table.apply(key, Some(version)),
+                None => route.table.malformed(),
             }
         }
         _ => {}
     }
 }
 
-fn invalidate_key(tables: &[Arc<dyn AnyTable>], key: &Value) {
+fn invalidate_key(routes: &[Route], key: &Value) {
     let Value::BulkString(key) = key else { return };
-    for table in tables
-        .iter()
-        .filter(|t| t.spec().coherence() == Coherence::Tracking)
-    {
-        let prefix = crate::keyspace::prefix(table.spec());
-        if let Some(id) = key.strip_prefix(prefix.as_bytes()) {
+    for route in routes.iter().filter(|route| route.tracking()) {
+        if let Some(id) = key.strip_prefix(route.address.as_slice()) {
+            let table = &route.table;
             match crate::RawId::parse(id) {
                 Ok(id) if id.kind() == table.spec().kind() => table.apply(id.payload(), None),
                 _ => table.malformed(),
