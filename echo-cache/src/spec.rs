@@ -39,6 +39,15 @@ impl Coherence {
     }
 }
 
+impl Coherence {
+    /// Whether values are versioned by writes (every mode but `none`):
+    /// fills mint their version, L2 writes go through the version-checking
+    /// script, invalidations leave tombstones and are applied newer-wins.
+    pub(crate) const fn versioned(self) -> bool {
+        !matches!(self, Coherence::None)
+    }
+}
+
 impl fmt::Display for Coherence {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())

@@ -106,7 +106,7 @@ pub(crate) fn open<T: Cached>(decl: &'static Declaration, shared: &Shared) -> Ar
         )
     });
     // A coherent table trusts L1 only once its invalidation channel is up.
-    let coherent = tier.is_some() && decl.spec.coherence != Coherence::None;
+    let coherent = tier.is_some() && decl.spec.coherence.versioned();
     Arc::new(Table::<T> {
         spec: &decl.spec,
         rows: Rows::new(&decl.spec),
@@ -259,9 +259,10 @@ impl<T: Cached> Table<T> {
         })?;
         // An immutable entity's version is its own id; a mutable one's is
         // minted before the system of record is read, so it orders the read.
-        let version = match self.spec.coherence {
-            Coherence::None => RawId::new(T::KIND, key),
-            _ => Minter::global().mint_raw(T::KIND),
+        let version = if self.spec.coherence.versioned() {
+            Minter::global().mint_raw(T::KIND)
+        } else {
+            RawId::new(T::KIND, key)
         };
         match loader(Id::from_payload(key)).await {
             Ok(Some(value)) => {
@@ -339,16 +340,12 @@ impl<T: Cached> Table<T> {
         }
     }
 
-    fn versioned(&self) -> bool {
-        self.spec.coherence != Coherence::None
-    }
-
     /// Writes `value` under a fresh version: L2 (if no newer version is
     /// there), then this node's L1, then the announcement to other nodes.
     /// A flight of `key` under way will not install its (older) value.
     pub(crate) async fn put(&self, key: u64, value: T) -> Result<RawId, Error> {
         let version = Minter::global().mint_raw(T::KIND);
-        if self.versioned() {
+        if self.spec.coherence.versioned() {
             // Our own announcement, when it comes back, is then a repeat.
             self.applied.advance(key, version.payload());
         }
@@ -382,7 +379,7 @@ impl<T: Cached> Table<T> {
     /// Invalidates `key` at `version`: this node's L1 first (a flight under
     /// way will not install), then L2, then the announcement to other nodes.
     pub(crate) async fn invalidate(&self, key: u64, version: &RawId) -> Result<(), Error> {
-        if self.versioned() {
+        if self.spec.coherence.versioned() {
             self.applied.advance(key, version.payload());
             self.flights
                 .overtake(key, || self.rows.remove_older(key, Some(version.payload())));

@@ -112,10 +112,6 @@ impl<T: Cached> Tier<T> {
         }
     }
 
-    fn versioned(&self) -> bool {
-        self.spec.coherence() != Coherence::None
-    }
-
     fn key(&self, key: u64) -> Vec<u8> {
         let mut out = Vec::with_capacity(self.prefix.len() + crate::ID_LEN);
         out.extend_from_slice(self.prefix.as_bytes());
@@ -177,7 +173,7 @@ impl<T: Cached> Tier<T> {
         write: Write,
         counters: &Counters,
     ) {
-        if self.versioned() && self.too_old(version) {
+        if self.spec.coherence().versioned() && self.too_old(version) {
             Counters::bump(&counters.l2_writes_dropped);
             return;
         }
@@ -212,7 +208,7 @@ impl<T: Cached> Tier<T> {
     /// Drops `key`: for versioned tables, leaves a tombstone of `version`
     /// unless a newer value is there; else deletes it.
     pub(crate) async fn drop(&self, key: u64, version: &RawId, counters: &Counters) {
-        if self.versioned() {
+        if self.spec.coherence().versioned() {
             let ttl_ms = u64::try_from(self.tombstone_ttl.as_millis()).unwrap_or(u64::MAX);
             let tombstone = version.to_bytes();
             self.put_frame(key, &tombstone, ttl_ms.max(1), How::Versioned, counters)
