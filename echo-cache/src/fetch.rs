@@ -23,25 +23,23 @@ type Miss<T> = Pin<Box<dyn Future<Output = Result<Fetched<T>, Error>> + Send>>;
 ///
 /// Nothing happens until it is polled. Its first poll answers an L1 hit in
 /// the caller's thread; on a miss it joins or starts the flight of the id.
+/// Like most futures, it is not to be polled again once it is ready.
 #[must_use = "futures do nothing unless polled"]
 pub struct Fetch<'c, T: Cached> {
-    state: State<'c, T>,
-}
-
-enum State<'c, T: Cached> {
-    Start {
-        cache: &'c Cache,
-        id: Id<T>,
-        timeout: Option<Duration>,
-    },
-    Miss(Miss<T>),
-    Done,
+    cache: &'c Cache,
+    id: Id<T>,
+    timeout: Option<Duration>,
+    /// The miss path, once a poll missed.
+    miss: Option<Miss<T>>,
 }
 
 impl<'c, T: Cached> Fetch<'c, T> {
     pub(crate) fn new(cache: &'c Cache, id: Id<T>, timeout: Option<Duration>) -> Fetch<'c, T> {
         Fetch {
-            state: State::Start { cache, id, timeout },
+            cache,
+            id,
+            timeout,
+            miss: None,
         }
     }
 }
@@ -49,37 +47,43 @@ impl<'c, T: Cached> Fetch<'c, T> {
 impl<T: Cached> Future for Fetch<'_, T> {
     type Output = Result<Fetched<T>, Error>;
 
-    #[inline]
+    /// Inlined into the caller: the hit, and a call to the miss path. A hit
+    /// changes nothing in the future.
+    #[allow(clippy::inline_always)] // a hit is a few loads; a call would double it
+    #[inline(always)]
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        if let State::Start { cache, id, timeout } = self.state {
-            if let Some(hit) = cache.table::<T>().hit(id.payload()) {
-                self.state = State::Done;
-                return Poll::Ready(hit);
-            }
-            let miss = cache.shared_table::<T>().miss(id.payload(), timeout);
-            self.state = State::Miss(Box::pin(miss));
+        if self.miss.is_none()
+            && let Some(hit) = self.cache.table::<T>().hit(self.id.payload())
+        {
+            return Poll::Ready(hit);
         }
-        match &mut self.state {
-            State::Miss(miss) => {
-                let answer = miss.as_mut().poll(cx);
-                if answer.is_ready() {
-                    self.state = State::Done;
-                }
-                answer
-            }
-            State::Start { .. } => unreachable!("left above"),
-            State::Done => panic!("`Fetch` polled after completion"),
-        }
+        self.poll_miss(cx)
+    }
+}
+
+impl<T: Cached> Fetch<'_, T> {
+    /// Joins or starts the flight (on the first poll that missed), then
+    /// waits for it.
+    #[inline(never)]
+    fn poll_miss(&mut self, cx: &mut Context<'_>) -> Poll<Result<Fetched<T>, Error>> {
+        let (cache, id, timeout) = (self.cache, self.id, self.timeout);
+        self.miss
+            .get_or_insert_with(|| Box::pin(cache.shared_table::<T>().miss(id.payload(), timeout)))
+            .as_mut()
+            .poll(cx)
     }
 }
 
 impl<T: Cached> fmt::Debug for Fetch<'_, T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let state = match &self.state {
-            State::Start { .. } => "start",
-            State::Miss(_) => "waiting for its flight",
-            State::Done => "done",
+        let state = if self.miss.is_some() {
+            "waiting for its flight"
+        } else {
+            "start"
         };
-        f.debug_struct("Fetch").field("state", &state).finish()
+        f.debug_struct("Fetch")
+            .field("id", &self.id)
+            .field("state", &state)
+            .finish()
     }
 }

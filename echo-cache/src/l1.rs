@@ -1,23 +1,56 @@
 //! L1: the rows of one table, read lock-free in the caller's thread.
 //!
-//! The map is [`scc::HashIndex`], a hash table whose reads take no lock and
-//! write nothing shared (epoch-based reclamation keeps a row alive while a
-//! reader looks at it). Values are stored decoded, as `Arc<T>`; a hit clones
-//! the `Arc` and nothing else.
+//! A purpose-built hash table for `u64` keys. The read side (a hit) takes no
+//! lock and writes nothing shared; the write side (fills, puts,
+//! invalidations, sweeps) is rare by comparison and serialized per shard by
+//! a mutex readers never touch.
+//!
+//! - Open addressing, linear probing, rows inline: a slot holds the key, the
+//!   `Arc` pointer, the version and the expiry, 32 bytes. A hit is a short
+//!   chain of dependent loads (shard → slot → the `Arc`'s count), which is
+//!   what it costs once the `Arc`'s atomic increment orders everything.
+//! - A slot is claimed by one key for the life of its array (a removed row
+//!   leaves a tombstone the same key reuses), so a reader that matched a key
+//!   never sees the slot change owner. Arrays are rebuilt, not rehashed in
+//!   place, when they fill with rows or tombstones.
+//! - A row is written under a per-slot sequence count (a seqlock); a reader
+//!   that catches a row mid-write treats it as a miss rather than wait.
+//! - Values and arrays a writer unlinks are freed once no reader can still
+//!   hold them ([`crate::epoch`]); a reader's protection is a store to its
+//!   own thread's cell, no atomic read-modify-write.
 //!
 //! Each row carries its own expiry, drawn at insertion from
 //! `ttl ± ttl·jitter` on the cache's coarse [`Clock`](crate::Clock), so a
 //! cohort filled together does not expire together. Dead rows stay until the
 //! sweeper (or a full table) reclaims them; a dead row is never served.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::alloc::{self, Layout};
+use std::hash::BuildHasher;
+use std::ptr::{self, NonNull};
+use std::sync::atomic::{
+    AtomicPtr, AtomicU64, AtomicUsize,
+    Ordering::{Acquire, Relaxed, Release},
+    fence,
+};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use scc::HashIndex;
-
+use crate::epoch::{Garbage, Pin};
 use crate::spec::TableSpec;
 
 type Hasher = foldhash::fast::RandomState;
+
+/// Writers lock one of 16 shards (by the hash's top bits): fills of
+/// different ids rarely wait for each other, and a rebuild copies a
+/// sixteenth of the table.
+const SHARD_BITS: u32 = 4;
+const SHARDS: usize = 1 << SHARD_BITS;
+/// Slots of a shard's first array (log2).
+const MIN_LOG2: u32 = 3;
+/// Expiries are kept in the top 48 bits of a slot's stamp (8,900 years of
+/// milliseconds); the low 16 bits count its writes.
+const SEQ_BITS: u32 = 16;
+const SEQ_MASK: u64 = (1 << SEQ_BITS) - 1;
+const MAX_EXPIRY: u64 = u64::MAX >> SEQ_BITS;
 
 /// One cached row: the value (or the remembered absence of one), its version
 /// payload and when it dies.
@@ -41,9 +74,73 @@ pub(crate) enum Kept {
     Full,
 }
 
+// What a slot's value pointer holds besides an `Arc`'s (whose pointers are
+// never null, 1 or 2: they point past the `Arc`'s counts).
+
+/// A slot no key has claimed: the end of a probe. All zeroes, like a fresh
+/// slot.
+fn empty<T>() -> *mut T {
+    ptr::null_mut()
+}
+
+/// A claimed slot whose row was removed.
+fn tombstone<T>() -> *mut T {
+    ptr::without_provenance_mut(1)
+}
+
+/// A row remembering that the system of record has no such id.
+fn absent<T>() -> *mut T {
+    ptr::without_provenance_mut(2)
+}
+
+/// Whether a slot's value pointer is a row (a value or an absence).
+fn is_row<T>(value: *mut T) -> bool {
+    value != empty() && value != tombstone()
+}
+
+/// One slot. All zeroes is an empty slot.
+#[repr(C, align(32))]
+struct Slot<T> {
+    /// Written once, when the slot is claimed, before `value`.
+    key: AtomicU64,
+    /// `Arc::into_raw` of the value, or one of the markers above.
+    value: AtomicPtr<T>,
+    version: AtomicU64,
+    /// `expires_at << SEQ_BITS | writes`; odd while a write is under way.
+    stamp: AtomicU64,
+}
+
+/// The slots of one shard: `1 << log2` of them in one zeroed allocation,
+/// aligned so that the low bits of its address carry `log2`: one load of
+/// the shard's pointer gives a reader both.
+struct Array<T> {
+    slots: NonNull<Slot<T>>,
+    log2: u32,
+}
+
+/// Alignment of arrays: six free low bits, enough for any `log2`.
+const ARRAY_ALIGN: usize = 64;
+
+/// Slots with a key (rows and tombstones) and rows, of one shard.
+#[derive(Default)]
+struct Tally {
+    claimed: usize,
+    rows: usize,
+}
+
+#[repr(align(128))]
+struct Shard<T> {
+    /// The tagged address of the shard's [`Array`]; null before the first
+    /// row.
+    array: AtomicPtr<Slot<T>>,
+    writer: Mutex<Tally>,
+}
+
 pub(crate) struct Rows<T> {
-    map: HashIndex<u64, Row<T>, Hasher>,
-    /// Rows in the map, live or dead (`HashIndex::len` scans the table).
+    shards: [Shard<T>; SHARDS],
+    hasher: Hasher,
+    garbage: Garbage,
+    /// Rows in the table, live or dead (tombstones are not rows).
     size: AtomicUsize,
     max_size: usize,
     /// When a full table last looked for dead rows to reclaim.
@@ -51,10 +148,158 @@ pub(crate) struct Rows<T> {
     reclaim_every_ms: u64,
 }
 
+// SAFETY: a `Rows<T>` owns `Arc<T>`s and hands out clones of them.
+unsafe impl<T: Send + Sync> Send for Rows<T> {}
+unsafe impl<T: Send + Sync> Sync for Rows<T> {}
+
+impl<T> Slot<T> {
+    fn expires_at(&self) -> u64 {
+        self.stamp.load(Relaxed) >> SEQ_BITS
+    }
+
+    /// Claims an empty slot for `key`. The shard's writer only.
+    fn claim(&self, key: u64, value: *mut T, version: u64, expires_at: u64) {
+        self.key.store(key, Relaxed);
+        self.version.store(version, Relaxed);
+        self.stamp
+            .store(expires_at.min(MAX_EXPIRY) << SEQ_BITS, Relaxed);
+        self.value.store(value, Release);
+    }
+
+    /// Writes a row (or a tombstone) into a claimed slot. The shard's writer
+    /// only.
+    fn write(&self, value: *mut T, version: u64, expires_at: u64) {
+        let stamp = self.stamp.load(Relaxed);
+        self.stamp.store(stamp | 1, Relaxed);
+        fence(Release);
+        self.value.store(value, Relaxed);
+        self.version.store(version, Relaxed);
+        let writes = (stamp + 2) & SEQ_MASK;
+        self.stamp
+            .store(expires_at.min(MAX_EXPIRY) << SEQ_BITS | writes, Release);
+    }
+}
+
+impl<T> Array<T> {
+    fn layout(log2: u32) -> Layout {
+        Layout::array::<Slot<T>>(1 << log2)
+            .and_then(|layout| layout.align_to(ARRAY_ALIGN))
+            .expect("an L1 array fits the address space")
+    }
+
+    /// A new array of empty slots, room for `rows` rows.
+    fn for_rows(rows: usize) -> Array<T> {
+        let log2 = (rows * 2)
+            .next_power_of_two()
+            .trailing_zeros()
+            .max(MIN_LOG2);
+        let layout = Array::<T>::layout(log2);
+        // SAFETY: the layout is not zero-sized; all zeroes is empty slots.
+        #[allow(clippy::cast_ptr_alignment)] // allocated with `ARRAY_ALIGN`
+        let slots = unsafe { alloc::alloc_zeroed(layout) }.cast::<Slot<T>>();
+        let Some(slots) = NonNull::new(slots) else {
+            alloc::handle_alloc_error(layout)
+        };
+        Array { slots, log2 }
+    }
+
+    fn tagged(&self) -> *mut Slot<T> {
+        self.slots
+            .as_ptr()
+            .map_addr(|address| address | self.log2 as usize)
+    }
+
+    /// The array a shard's pointer names, if any.
+    ///
+    /// # Safety
+    ///
+    /// `tagged` came from [`tagged`](Self::tagged), and the array is not
+    /// freed while the result is used (the caller is pinned, or holds the
+    /// shard's lock).
+    #[inline]
+    unsafe fn from_tagged(tagged: *mut Slot<T>) -> Option<Array<T>> {
+        #[allow(clippy::cast_possible_truncation)] // below ARRAY_ALIGN
+        let log2 = (tagged.addr() & (ARRAY_ALIGN - 1)) as u32;
+        let slots = NonNull::new(tagged.map_addr(|address| address & !(ARRAY_ALIGN - 1)))?;
+        Some(Array { slots, log2 })
+    }
+
+    fn capacity(&self) -> usize {
+        1 << self.log2
+    }
+
+    fn mask(&self) -> usize {
+        self.capacity() - 1
+    }
+
+    #[inline]
+    fn slots(&self) -> &[Slot<T>] {
+        // SAFETY: `capacity` slots, allocated and initialized in `for_rows`.
+        unsafe { std::slice::from_raw_parts(self.slots.as_ptr(), self.capacity()) }
+    }
+
+    /// The slot claimed by `key`, or else the empty slot ending its probe.
+    /// The shard's writer only.
+    fn probe(&self, key: u64, hash: u64) -> (&Slot<T>, bool) {
+        let (slots, mask) = (self.slots(), self.mask());
+        let mut i = start(hash, mask);
+        loop {
+            let slot = &slots[i];
+            if slot.value.load(Relaxed).is_null() {
+                return (slot, false);
+            }
+            if slot.key.load(Relaxed) == key {
+                return (slot, true);
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
+    /// Frees the slots (not the values they point to).
+    ///
+    /// # Safety
+    ///
+    /// No reader or writer can reach the array any more.
+    unsafe fn free(self) {
+        // SAFETY: allocated in `for_rows` with this layout.
+        unsafe { alloc::dealloc(self.slots.as_ptr().cast(), Array::<T>::layout(self.log2)) };
+    }
+}
+
+/// Where the probe of `hash` starts in an array of `mask + 1` slots.
+#[inline]
+fn start(hash: u64, mask: usize) -> usize {
+    // Only the low bits matter (`mask` < `usize::MAX`).
+    #[allow(clippy::cast_possible_truncation)]
+    let low = hash as usize;
+    low & mask
+}
+
+fn into_raw<T>(value: Option<Arc<T>>) -> *mut T {
+    value.map_or(absent(), |value| Arc::into_raw(value).cast_mut())
+}
+
+impl<T> Shard<T> {
+    fn lock(&self) -> MutexGuard<'_, Tally> {
+        self.writer.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The shard's array, for its writer (who holds the lock).
+    fn array(&self, _locked: &MutexGuard<'_, Tally>) -> Option<Array<T>> {
+        // SAFETY: only the lock holder replaces or retires the array.
+        unsafe { Array::from_tagged(self.array.load(Acquire)) }
+    }
+}
+
 impl<T> Rows<T> {
     pub(crate) fn new(spec: &TableSpec) -> Rows<T> {
         Rows {
-            map: HashIndex::with_hasher(Hasher::default()),
+            shards: std::array::from_fn(|_| Shard {
+                array: AtomicPtr::new(ptr::null_mut()),
+                writer: Mutex::new(Tally::default()),
+            }),
+            hasher: Hasher::default(),
+            garbage: Garbage::new(),
             size: AtomicUsize::new(0),
             max_size: spec.max_size,
             last_reclaim: AtomicU64::new(0),
@@ -63,41 +308,228 @@ impl<T> Rows<T> {
         }
     }
 
-    /// The row of `key` if it is alive at `now`.
     #[inline]
-    pub(crate) fn get(&self, key: u64, now: u64) -> Option<Live<T>> {
-        self.map
-            .peek_with(&key, |_, row| {
-                (now < row.expires_at).then(|| Live {
-                    value: row.value.clone(),
-                    version: row.version,
-                })
+    fn locate(&self, key: u64) -> (&Shard<T>, u64) {
+        let hash = self.hasher.hash_one(key);
+        #[allow(clippy::cast_possible_truncation)] // the top SHARD_BITS bits
+        let shard = (hash >> (64 - SHARD_BITS)) as usize;
+        (&self.shards[shard], hash)
+    }
+
+    /// The row of `key` if it is alive at `now`. A row caught mid-write
+    /// reads as a miss.
+    #[allow(clippy::inline_always)] // the hot path: see `Fetch::poll`
+    #[inline(always)]
+    pub(crate) fn get(&self, _pin: &Pin, key: u64, now: u64) -> Option<Live<T>> {
+        let (shard, hash) = self.locate(key);
+        // SAFETY: the pin keeps a published array allocated.
+        let array = unsafe { Array::from_tagged(shard.array.load(Acquire)) }?;
+        let (slots, mask) = (array.slots(), array.mask());
+        let mut i = start(hash, mask);
+        let slot = loop {
+            // SAFETY: `i <= mask`, and the array has `mask + 1` slots.
+            let slot = unsafe { slots.get_unchecked(i) };
+            if slot.value.load(Acquire).is_null() {
+                return None;
+            }
+            if slot.key.load(Relaxed) == key {
+                break slot;
+            }
+            i = (i + 1) & mask;
+        };
+        let stamp = slot.stamp.load(Acquire);
+        let value = slot.value.load(Relaxed);
+        let version = slot.version.load(Relaxed);
+        fence(Acquire);
+        if stamp & 1 == 1 || slot.stamp.load(Relaxed) != stamp || !is_row(value) {
+            return None;
+        }
+        if now >= stamp >> SEQ_BITS {
+            return None;
+        }
+        let value = (value != absent()).then(|| {
+            // SAFETY: `value` came from `Arc::into_raw`, and the pin keeps
+            // that `Arc` alive even if a writer has since replaced it.
+            unsafe {
+                Arc::increment_strong_count(value);
+                Arc::from_raw(value)
+            }
+        });
+        Some(Live { value, version })
+    }
+
+    fn reserve(&self) -> bool {
+        self.size
+            .fetch_update(Relaxed, Relaxed, |size| {
+                (size < self.max_size).then_some(size + 1)
             })
-            .flatten()
+            .is_ok()
+    }
+
+    /// Drops the value a row held once no reader can hold it.
+    fn retire(&self, value: *mut T) {
+        unsafe fn drop_arc<T>(value: *mut ()) {
+            // SAFETY: retired once, and it came from `Arc::into_raw`.
+            drop(unsafe { Arc::from_raw(value.cast::<T>()) });
+        }
+        if is_row(value) && value != absent() {
+            // SAFETY: the slot no longer holds `value`, so no reader that
+            // pins from now on can load it.
+            unsafe { self.garbage.retire(value.cast(), drop_arc::<T>) };
+        }
     }
 
     /// Inserts or replaces the row of `key`, unless the table is full of
     /// live rows. Call [`make_room`](Self::make_room) first.
     pub(crate) fn insert(&self, key: u64, row: Row<T>) -> Kept {
-        match self.map.entry_sync(key) {
-            scc::hash_index::Entry::Occupied(mut occupied) => occupied.update(row),
-            scc::hash_index::Entry::Vacant(vacant) => {
-                let reserved = self.size.fetch_update(Relaxed, Relaxed, |size| {
-                    (size < self.max_size).then_some(size + 1)
-                });
-                if reserved.is_err() {
-                    return Kept::Full;
+        let kept = self.insert_locking(key, row);
+        self.garbage.collect_if_due();
+        kept
+    }
+
+    fn insert_locking(&self, key: u64, row: Row<T>) -> Kept {
+        let (shard, hash) = self.locate(key);
+        let mut tally = shard.lock();
+        let array = shard.array(&tally);
+        if let Some(array) = &array {
+            let (slot, found) = array.probe(key, hash);
+            if found {
+                let old = slot.value.load(Relaxed);
+                if old == tombstone() {
+                    if !self.reserve() {
+                        return Kept::Full;
+                    }
+                    tally.rows += 1;
                 }
-                vacant.insert_entry(row);
+                slot.write(into_raw(row.value), row.version, row.expires_at);
+                self.retire(old);
+                return Kept::Yes;
             }
         }
+        if !self.reserve() {
+            return Kept::Full;
+        }
+        let capacity = array.as_ref().map_or(0, Array::capacity);
+        // At most three quarters claimed, so probes stay short and end.
+        let array = if (tally.claimed + 1) * 4 > capacity * 3 {
+            let rows = tally.rows + 1;
+            self.rebuild(shard, &mut tally, rows)
+        } else {
+            array.expect("a shard with capacity has an array")
+        };
+        let (slot, _) = array.probe(key, hash);
+        slot.claim(key, into_raw(row.value), row.version, row.expires_at);
+        tally.claimed += 1;
+        tally.rows += 1;
         Kept::Yes
+    }
+
+    /// Moves the rows of `shard` to a new array with room for `rows` rows.
+    fn rebuild(
+        &self,
+        shard: &Shard<T>,
+        tally: &mut MutexGuard<'_, Tally>,
+        rows: usize,
+    ) -> Array<T> {
+        let new = Array::for_rows(rows);
+        let old = shard.array(tally);
+        for slot in old.iter().flat_map(Array::slots) {
+            let value = slot.value.load(Relaxed);
+            if is_row(value) {
+                let key = slot.key.load(Relaxed);
+                let (to, _) = new.probe(key, self.hasher.hash_one(key));
+                to.claim(key, value, slot.version.load(Relaxed), slot.expires_at());
+            }
+        }
+        tally.claimed = tally.rows;
+        shard.array.store(new.tagged(), Release);
+        if let Some(old) = old {
+            unsafe fn free_array<T>(tagged: *mut ()) {
+                // SAFETY: retired once, tagged by `Array::tagged`; its values
+                // moved to the new array.
+                unsafe { Array::<T>::from_tagged(tagged.cast()).map(|array| array.free()) };
+            }
+            // SAFETY: unpublished above.
+            unsafe { self.garbage.retire(old.tagged().cast(), free_array::<T>) };
+        }
+        new
+    }
+
+    /// Removes the row of `key` if it is older than `version` (any row
+    /// when `version` is `None`); whether it did.
+    pub(crate) fn remove_older(&self, key: u64, version: Option<u64>) -> bool {
+        let removed = self.remove_older_locking(key, version);
+        self.garbage.collect_if_due();
+        removed
+    }
+
+    fn remove_older_locking(&self, key: u64, version: Option<u64>) -> bool {
+        let (shard, hash) = self.locate(key);
+        let mut tally = shard.lock();
+        let Some(array) = shard.array(&tally) else {
+            return false;
+        };
+        let (slot, found) = array.probe(key, hash);
+        let value = slot.value.load(Relaxed);
+        if !found || !is_row(value) || version.is_some_and(|v| slot.version.load(Relaxed) >= v) {
+            return false;
+        }
+        slot.write(tombstone(), 0, 0);
+        self.retire(value);
+        tally.rows -= 1;
+        self.size.fetch_sub(1, Relaxed);
+        true
+    }
+
+    /// Removes the rows whose expiry `dead` picks; how many.
+    fn remove_where(&self, dead: impl Fn(u64) -> bool) -> usize {
+        let mut removed = 0;
+        for shard in &self.shards {
+            let mut tally = shard.lock();
+            let Some(array) = shard.array(&tally) else {
+                continue;
+            };
+            for slot in array.slots() {
+                let value = slot.value.load(Relaxed);
+                if is_row(value) && dead(slot.expires_at()) {
+                    slot.write(tombstone(), 0, 0);
+                    self.retire(value);
+                    tally.rows -= 1;
+                    removed += 1;
+                }
+            }
+            // More tombstones than rows: shrink, and shorten the probes.
+            if tally.claimed - tally.rows > tally.rows {
+                let rows = tally.rows;
+                self.rebuild(shard, &mut tally, rows);
+            }
+        }
+        self.size.fetch_sub(removed, Relaxed);
+        self.garbage.collect_if_due();
+        removed
+    }
+
+    /// Removes every row dead at `now`; how many.
+    pub(crate) fn sweep(&self, now: u64) -> usize {
+        let swept = self.remove_where(|expires_at| now >= expires_at);
+        self.garbage.collect();
+        swept
+    }
+
+    /// Removes every row.
+    pub(crate) fn clear(&self) {
+        self.remove_where(|_| true);
+    }
+
+    /// Frees what writers removed, once no reader can hold it.
+    pub(crate) fn collect(&self) {
+        self.garbage.collect();
     }
 
     /// When the table is full, reclaims its dead rows (at most once every
     /// few milliseconds). Returns how many it reclaimed.
     pub(crate) fn make_room(&self, now: u64) -> usize {
-        if self.size.load(Relaxed) < self.max_size {
+        if !self.is_full() {
             return 0;
         }
         let last = self.last_reclaim.load(Relaxed);
@@ -112,40 +544,6 @@ impl<T> Rows<T> {
         self.sweep(now)
     }
 
-    /// Removes the row of `key` if it is older than `version` (any row
-    /// when `version` is `None`); whether it did.
-    pub(crate) fn remove_older(&self, key: u64, version: Option<u64>) -> bool {
-        let removed = self
-            .map
-            .remove_if_sync(&key, |row| version.is_none_or(|v| row.version < v));
-        if removed {
-            self.size.fetch_sub(1, Relaxed);
-        }
-        removed
-    }
-
-    /// Removes every row dead at `now`; how many.
-    pub(crate) fn sweep(&self, now: u64) -> usize {
-        let mut swept = 0;
-        self.map.retain_sync(|_, row| {
-            let alive = now < row.expires_at;
-            swept += usize::from(!alive);
-            alive
-        });
-        self.size.fetch_sub(swept, Relaxed);
-        swept
-    }
-
-    /// Removes every row.
-    pub(crate) fn clear(&self) {
-        let mut removed = 0;
-        self.map.retain_sync(|_, _| {
-            removed += 1;
-            false
-        });
-        self.size.fetch_sub(removed, Relaxed);
-    }
-
     /// Rows in the table, live or not yet swept.
     pub(crate) fn len(&self) -> usize {
         self.size.load(Relaxed)
@@ -153,6 +551,27 @@ impl<T> Rows<T> {
 
     pub(crate) fn is_full(&self) -> bool {
         self.len() >= self.max_size
+    }
+}
+
+impl<T> Drop for Rows<T> {
+    fn drop(&mut self) {
+        for shard in &mut self.shards {
+            // SAFETY: no reader or writer is left (`&mut self`); retired
+            // arrays and values are the garbage list's to free.
+            let Some(array) = (unsafe { Array::from_tagged(*shard.array.get_mut()) }) else {
+                continue;
+            };
+            for slot in array.slots() {
+                let value = slot.value.load(Relaxed);
+                if is_row(value) && value != absent() {
+                    // SAFETY: the slot's own reference, from `Arc::into_raw`.
+                    drop(unsafe { Arc::from_raw(value) });
+                }
+            }
+            // SAFETY: as above.
+            unsafe { array.free() };
+        }
     }
 }
 
@@ -177,6 +596,212 @@ pub(crate) fn expiry(now: u64, ttl_ms: u64, jitter: f64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::epoch;
+
+    fn rows(max_size: usize) -> Rows<u64> {
+        let spec = crate::directory::SpecParts {
+            name: "rows",
+            type_name: "Rows",
+            kind: "ROW",
+            ttl_ms: 1_000,
+            jitter: None,
+            max_size: Some(max_size),
+            sweep_ms: None,
+            absent_ttl_ms: None,
+            coherence: crate::Coherence::None,
+            fingerprint: 0,
+        }
+        .build();
+        Rows::new(&spec)
+    }
+
+    fn row(value: u64, version: u64, expires_at: u64) -> Row<u64> {
+        Row {
+            value: Some(Arc::new(value)),
+            version,
+            expires_at,
+        }
+    }
+
+    /// (value, version) of the live row of `key` at `now`.
+    fn read(rows: &Rows<u64>, key: u64, now: u64) -> Option<(Option<u64>, u64)> {
+        let live = rows.get(&epoch::pin(), key, now)?;
+        Some((live.value.map(|v| *v), live.version))
+    }
+
+    /// Keys spread over the whole `u64` range, the markers' values included.
+    fn keys(n: u64) -> impl Iterator<Item = u64> {
+        [0, 1, 2, u64::MAX]
+            .into_iter()
+            .chain((4..n).map(|k| k.wrapping_mul(0x9E37_79B9_7F4A_7C15)))
+    }
+
+    #[test]
+    fn rows_are_found_replaced_and_removed_through_rebuilds() {
+        let rows = rows(usize::MAX);
+        for key in keys(20_000) {
+            assert_eq!(rows.insert(key, row(key, 1, 100)), Kept::Yes);
+        }
+        assert_eq!(rows.len(), 20_000);
+        for (i, key) in keys(20_000).enumerate() {
+            assert_eq!(read(&rows, key, 0), Some((Some(key), 1)));
+            if i % 2 == 0 {
+                rows.insert(key, row(key ^ 1, 2, 100));
+            }
+            if i % 3 == 0 {
+                // Only a row older than the version goes.
+                assert!(!rows.remove_older(key, Some(1)));
+                assert!(rows.remove_older(key, Some(3)));
+                assert!(!rows.remove_older(key, None), "already gone");
+            }
+        }
+        let gone = keys(20_000).step_by(3).count();
+        assert_eq!(rows.len(), 20_000 - gone);
+        for (i, key) in keys(20_000).enumerate() {
+            let expected = match (i % 3, i % 2) {
+                (0, _) => None,
+                (_, 0) => Some((Some(key ^ 1), 2)),
+                _ => Some((Some(key), 1)),
+            };
+            assert_eq!(read(&rows, key, 0), expected, "key {key}");
+        }
+        // Removed keys come back into their tombstones, or a rebuilt array.
+        for key in keys(20_000).step_by(3) {
+            assert_eq!(rows.insert(key, row(7, 3, 100)), Kept::Yes);
+            assert_eq!(read(&rows, key, 0), Some((Some(7), 3)));
+        }
+        assert_eq!(rows.len(), 20_000);
+        assert_eq!(read(&rows, 12_345, 0), None, "never inserted");
+    }
+
+    #[test]
+    fn dead_rows_are_not_served_and_the_sweep_removes_them() {
+        let rows = rows(usize::MAX);
+        for key in 0..1_000 {
+            rows.insert(key, row(key, 1, 10 + key % 2));
+        }
+        assert_eq!(read(&rows, 0, 9), Some((Some(0), 1)));
+        assert_eq!(read(&rows, 0, 10), None, "dies at its expiry");
+        assert_eq!(read(&rows, 1, 10), Some((Some(1), 1)));
+        assert_eq!(rows.sweep(10), 500);
+        assert_eq!(rows.len(), 500);
+        assert_eq!(read(&rows, 1, 10), Some((Some(1), 1)));
+        assert_eq!(rows.sweep(11), 500);
+        assert_eq!(rows.len(), 0);
+        // An expiry past the stamp's 48 bits is "never".
+        rows.insert(5, row(5, 1, u64::MAX));
+        assert_eq!(read(&rows, 5, MAX_EXPIRY - 1), Some((Some(5), 1)));
+    }
+
+    #[test]
+    fn a_remembered_absence_reads_as_a_live_row_without_a_value() {
+        let rows = rows(usize::MAX);
+        let absent = Row {
+            value: None,
+            version: 4,
+            expires_at: 100,
+        };
+        rows.insert(9, absent);
+        assert_eq!(read(&rows, 9, 0), Some((None, 4)));
+        assert_eq!(rows.len(), 1);
+        assert!(rows.remove_older(9, None));
+        assert_eq!(read(&rows, 9, 0), None);
+    }
+
+    #[test]
+    fn a_full_table_keeps_no_new_key_but_replaces_its_rows() {
+        let rows = rows(10);
+        for key in 0..10 {
+            assert_eq!(rows.insert(key, row(key, 1, 100)), Kept::Yes);
+        }
+        assert_eq!(rows.insert(10, row(10, 1, 100)), Kept::Full);
+        assert_eq!(read(&rows, 10, 0), None);
+        assert_eq!(rows.insert(3, row(33, 2, 100)), Kept::Yes, "a replacement");
+        assert_eq!(read(&rows, 3, 0), Some((Some(33), 2)));
+        assert!(rows.remove_older(4, None));
+        assert_eq!(rows.insert(10, row(10, 1, 100)), Kept::Yes);
+        assert_eq!(rows.insert(4, row(4, 1, 100)), Kept::Full, "a tombstone");
+        rows.clear();
+        assert_eq!(rows.len(), 0);
+        assert!((0..=10).all(|key| read(&rows, key, 0).is_none()));
+        assert_eq!(rows.insert(4, row(4, 1, 100)), Kept::Yes);
+    }
+
+    #[test]
+    fn removed_values_are_dropped_once_no_reader_can_hold_them() {
+        let rows = rows(usize::MAX);
+        let value = Arc::new(1);
+        let replaced = Arc::new(2);
+        rows.insert(
+            1,
+            Row {
+                value: Some(Arc::clone(&value)),
+                version: 1,
+                expires_at: 100,
+            },
+        );
+        rows.insert(
+            2,
+            Row {
+                value: Some(Arc::clone(&replaced)),
+                version: 1,
+                expires_at: 100,
+            },
+        );
+        rows.remove_older(1, None);
+        rows.insert(2, row(3, 2, 100));
+        // Other tests' readers pin and unpin meanwhile; the epoch gets there.
+        for _ in 0..10_000 {
+            if Arc::strong_count(&value) == 1 && Arc::strong_count(&replaced) == 1 {
+                break;
+            }
+            rows.collect();
+            std::thread::yield_now();
+        }
+        assert_eq!(Arc::strong_count(&value), 1);
+        assert_eq!(Arc::strong_count(&replaced), 1);
+        let kept = rows.get(&epoch::pin(), 2, 0).and_then(|live| live.value);
+        drop(rows);
+        assert_eq!(kept.map(|v| (*v, Arc::strong_count(&v))), Some((3, 1)));
+    }
+
+    #[test]
+    fn readers_see_whole_rows_while_writers_rewrite_them() {
+        // A row's value is (key << 32 | version): a torn or freed row shows.
+        const KEYS: u64 = 64;
+        let writes: u64 = if cfg!(miri) { 200 } else { 50_000 };
+        let rows = rows(usize::MAX);
+        let finished = AtomicUsize::new(0);
+        std::thread::scope(|s| {
+            for writer in 0..2_u64 {
+                let (rows, finished) = (&rows, &finished);
+                s.spawn(move || {
+                    for n in 0..writes {
+                        let key = n.wrapping_mul(writer + 7) % KEYS;
+                        let version = n + 1;
+                        match n % 17 {
+                            0 => drop(rows.remove_older(key, None)),
+                            1 if n % 1_000 == 1 => rows.clear(),
+                            _ => drop(rows.insert(key, row(key << 32 | version, version, 100))),
+                        }
+                    }
+                    finished.fetch_add(1, Relaxed);
+                });
+            }
+            for _ in 0..2 {
+                let (rows, finished) = (&rows, &finished);
+                s.spawn(move || {
+                    while finished.load(Relaxed) < 2 {
+                        for key in 0..KEYS {
+                            if let Some((value, version)) = read(rows, key, 0) {
+                                assert_eq!(value, Some(key << 32 | version), "key {key}");
+                            }
+                        }
+                    }
+                });
+            }
+        });
+    }
 
     #[test]
     fn expiries_fall_inside_the_band_and_spread() {

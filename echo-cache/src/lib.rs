@@ -185,6 +185,7 @@ mod cache;
 mod clock;
 mod coherence;
 mod directory;
+mod epoch;
 mod error;
 mod fetch;
 mod fetched;

@@ -1,14 +1,12 @@
 //! Live counters of a table, and the snapshot a caller reads.
 //!
 //! Hits happen on every thread at once, so they are striped: each thread
-//! owns one cache-line-sized cell (a lease returned when the thread ends)
-//! and bumps it with a plain load and store, the cheapest write there is and
-//! one no other thread shares. Reading the count sums the cells. Every other
+//! owns one cache-line-sized cell (by the lease index its L1 reads already
+//! hold, see [`crate::epoch`]) and bumps it with a plain load and store, the
+//! cheapest write there is and one no other thread shares. Reading the count sums the cells. Every other
 //! counter is on a slower path (a miss, a sweep) and is one relaxed atomic.
 
-use std::cell::Cell;
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use crossbeam_utils::CachePadded;
 
@@ -31,9 +29,10 @@ impl Striped {
         }
     }
 
+    /// Counts one, on the cell of the thread leasing `index`.
     #[inline]
-    pub(crate) fn incr(&self) {
-        match self.cells.get(lease::current()) {
+    pub(crate) fn incr(&self, index: usize) {
+        match self.cells.get(index) {
             // Only this thread writes this cell, so load + store loses nothing.
             Some(cell) => cell.store(cell.load(Relaxed) + 1, Relaxed),
             None => {
@@ -44,60 +43,6 @@ impl Striped {
 
     pub(crate) fn sum(&self) -> u64 {
         self.cells.iter().map(|c| c.load(Relaxed)).sum::<u64>() + self.overflow.load(Relaxed)
-    }
-}
-
-/// Per-thread leases of a cell index, unique among the living threads.
-mod lease {
-    use super::{AtomicUsize, CELLS, Cell, Mutex, Relaxed};
-
-    const UNSET: usize = usize::MAX;
-    /// Taken by a thread whose lease was already returned (during its exit).
-    const GONE: usize = usize::MAX - 1;
-
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    static FREE: Mutex<Vec<usize>> = Mutex::new(Vec::new());
-
-    thread_local! {
-        static INDEX: Cell<usize> = const { Cell::new(UNSET) };
-        static GUARD: Guard = const { Guard };
-    }
-
-    /// Returns the lease when its thread ends.
-    struct Guard;
-
-    impl Drop for Guard {
-        fn drop(&mut self) {
-            let index = INDEX.with(|i| i.replace(GONE));
-            if index < CELLS {
-                FREE.lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .push(index);
-            }
-        }
-    }
-
-    /// This thread's cell index; `>= CELLS` means "use the shared cell".
-    #[inline]
-    pub(super) fn current() -> usize {
-        let index = INDEX.try_with(Cell::get).unwrap_or(GONE);
-        if index == UNSET { take() } else { index }
-    }
-
-    #[cold]
-    fn take() -> usize {
-        // Register the guard first; if this thread is already exiting, share.
-        if GUARD.try_with(|_| ()).is_err() {
-            return GONE;
-        }
-        let reused = FREE
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .pop();
-        let index = reused.unwrap_or_else(|| NEXT.fetch_add(1, Relaxed));
-        let index = if index < CELLS { index } else { GONE };
-        INDEX.with(|i| i.set(index));
-        index
     }
 }
 
@@ -225,7 +170,7 @@ mod tests {
         let counter = Striped::new();
         std::thread::scope(|s| {
             for _ in 0..(CELLS + 16) {
-                s.spawn(|| (0..1000).for_each(|_| counter.incr()));
+                s.spawn(|| (0..1000).for_each(|_| counter.incr(crate::epoch::pin().index())));
             }
         });
         assert_eq!(counter.sum(), (CELLS as u64 + 16) * 1000);

@@ -29,6 +29,7 @@ use tokio::sync::watch;
 use crate::clock::Clock;
 use crate::coherence::Applied;
 use crate::directory::Declaration;
+use crate::epoch;
 use crate::error::{BoxError, Error};
 use crate::fetched::{Fetched, Source};
 use crate::flight::{Flights, Joined};
@@ -78,6 +79,8 @@ pub(crate) trait AnyTable: Send + Sync {
     fn spec(&self) -> &'static TableSpec;
     fn info(&self) -> TableInfo;
     fn sweep(&self);
+    /// Frees what L1's writers removed, once no reader can hold it.
+    fn collect(&self);
     /// Drops every row; no flight under way will install.
     fn flush(&self);
     /// Applies an invalidation of `key` (at `version`, if it has one).
@@ -142,10 +145,12 @@ pub(crate) struct Table<T> {
 
 impl<T: Cached> Table<T> {
     /// Step 1: the answer of a live L1 row, if there is one.
-    #[inline]
+    #[allow(clippy::inline_always)] // the hot path: see `Fetch::poll`
+    #[inline(always)]
     pub(crate) fn hit(&self, key: u64) -> Option<Result<Fetched<T>, Error>> {
-        let live = self.rows.get(key, self.clock.now_ms())?;
-        self.hits.incr();
+        let pin = epoch::pin();
+        let live = self.rows.get(&pin, key, self.clock.now_ms())?;
+        self.hits.incr(pin.index());
         Some(self.answer(key, live))
     }
 
@@ -238,7 +243,8 @@ impl<T: Cached> Table<T> {
     /// Step 3: L1 again (a flight may have landed since the miss), then L2,
     /// then the loader.
     async fn resolve(&self, key: u64) -> Result<Fetched<T>, Error> {
-        if let Some(live) = self.rows.get(key, self.clock.now_ms()) {
+        let live = self.rows.get(&epoch::pin(), key, self.clock.now_ms());
+        if let Some(live) = live {
             return self.answer(key, live);
         }
         let mut over_bad = false;
@@ -532,6 +538,10 @@ impl<T: Cached> AnyTable for Table<T> {
             .fetch_add(swept as u64, std::sync::atomic::Ordering::Relaxed);
         Counters::bump(&self.counters.sweeps);
         self.applied.prune(crate::mint::unix_ms());
+    }
+
+    fn collect(&self) {
+        self.rows.collect();
     }
 
     fn into_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync> {

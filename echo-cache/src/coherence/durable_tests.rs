@@ -96,6 +96,7 @@ impl AnyTable for Probe {
     fn spec(&self) -> &'static TableSpec {
         self.spec
     }
+    fn collect(&self) {}
     fn info(&self) -> TableInfo {
         unimplemented!("not used by the lane")
     }

@@ -1,0 +1,463 @@
+//! When L1 may free what a writer removed: epoch-based reclamation whose
+//! read side writes only to its own thread's cell.
+//!
+//! A reader [`pin`]s before it looks into a table and unpins after: two
+//! plain stores to a cache line its thread owns. A writer that unlinks a
+//! value or an array hands it to a [`Garbage`] list; the list frees it two
+//! epochs later, once every reader pinned at the time of the unlinking has
+//! unpinned. The epoch advances only when every pinned reader has seen the
+//! current one.
+//!
+//! The usual scheme makes each pin a full memory fence (a locked
+//! instruction, a third of a hit's time). Here the fence is *asymmetric*: on
+//! Linux the reader's store is followed by a compiler fence only, and the
+//! rare reclaimer calls `membarrier(2)`, which runs a full fence on every
+//! thread of the process. Where that call is missing (other systems, some
+//! sandboxes, Miri, loom) both sides use ordinary `SeqCst` fences.
+//!
+//! Threads lease their cell for as long as they live; the lease index also
+//! stripes the hit counters ([`crate::stats`]).
+
+use std::cell::Cell;
+use std::marker::PhantomData;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering, compiler_fence, fence};
+
+use crossbeam_utils::CachePadded;
+
+/// The epoch; a pinned reader's cell holds `epoch << 1 | 1`.
+static EPOCH: AtomicU64 = AtomicU64::new(0);
+/// Readers pinned without a cell (a thread whose thread-locals are gone):
+/// while there are any, the epoch stands still.
+static SHARED: AtomicUsize = AtomicUsize::new(0);
+static REGISTRY: Mutex<Registry> = Mutex::new(Registry {
+    cells: Vec::new(),
+    free: Vec::new(),
+});
+
+struct Registry {
+    /// Every cell ever leased, by index; leaked so pins can hold `'static`.
+    cells: Vec<&'static CachePadded<AtomicU64>>,
+    /// Indexes of cells whose thread has ended.
+    free: Vec<usize>,
+}
+
+const UNPINNED: u64 = 0;
+
+/// A reader's protection: what it loaded from a table stays allocated
+/// until it is dropped.
+pub(crate) struct Pin {
+    cell: Option<&'static AtomicU64>,
+    index: usize,
+    /// Unpinning writes this thread's cell: the pin stays on its thread.
+    _not_send: PhantomData<*const ()>,
+}
+
+/// Pins the calling thread.
+#[inline]
+pub(crate) fn pin() -> Pin {
+    if let Some((index, cell)) = lease::current() {
+        cell.store(EPOCH.load(Ordering::Relaxed) << 1 | 1, Ordering::Relaxed);
+        barrier::light();
+        Pin {
+            cell: Some(cell),
+            index,
+            _not_send: PhantomData,
+        }
+    } else {
+        SHARED.fetch_add(1, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        Pin {
+            cell: None,
+            index: usize::MAX,
+            _not_send: PhantomData,
+        }
+    }
+}
+
+impl Pin {
+    /// The calling thread's lease index: unique among living threads, small
+    /// (threads alive at once), `usize::MAX` if the thread has none.
+    #[inline]
+    pub(crate) fn index(&self) -> usize {
+        self.index
+    }
+}
+
+impl Drop for Pin {
+    #[inline]
+    fn drop(&mut self) {
+        // Release: the reader's loads happen before it is seen unpinned.
+        match self.cell {
+            Some(cell) => cell.store(UNPINNED, Ordering::Release),
+            None => {
+                SHARED.fetch_sub(1, Ordering::Release);
+            }
+        }
+    }
+}
+
+/// Advances the epoch if every pinned reader has seen it; the epoch after.
+fn try_advance(registry: &Registry) -> u64 {
+    let epoch = EPOCH.load(Ordering::Relaxed);
+    // After this, a reader either shows its pin below or, pinned later,
+    // sees every unlinking that came before.
+    barrier::heavy();
+    if SHARED.load(Ordering::Relaxed) != 0 {
+        return epoch;
+    }
+    let behind = registry.cells.iter().any(|cell| {
+        let state = cell.load(Ordering::Relaxed);
+        state != UNPINNED && state >> 1 != epoch
+    });
+    if behind {
+        return epoch;
+    }
+    // Release: what the reclaimer saw comes before readers pinning at the
+    // new epoch.
+    EPOCH.store(epoch + 1, Ordering::Release);
+    epoch + 1
+}
+
+/// Something unlinked, and how to free it.
+struct Retired {
+    ptr: *mut (),
+    free: unsafe fn(*mut ()),
+}
+
+/// The unlinked allocations of one table, freed once no reader can hold
+/// them.
+pub(crate) struct Garbage {
+    lists: Mutex<Lists>,
+}
+
+#[derive(Default)]
+struct Lists {
+    /// Unlinked since the last collection.
+    pending: Vec<Retired>,
+    /// Batches stamped with the epoch of their collection: free at
+    /// `stamp + 2`.
+    sealed: Vec<(u64, Vec<Retired>)>,
+}
+
+// SAFETY: a `Retired` is an owned allocation of a `Send` value (the tables
+// hold `Send + Sync` values), freed on whichever thread collects.
+unsafe impl Send for Retired {}
+
+/// Pending allocations that make a writer collect.
+const COLLECT_AT: usize = 64;
+
+impl Garbage {
+    pub(crate) fn new() -> Garbage {
+        Garbage {
+            lists: Mutex::new(Lists::default()),
+        }
+    }
+
+    /// Hands over `ptr`, which no reader pinning from now on can reach, to
+    /// be freed by `free` once the readers pinned before are gone. Writers
+    /// call [`collect_if_due`](Self::collect_if_due) afterwards, outside
+    /// their locks.
+    ///
+    /// # Safety
+    ///
+    /// `ptr` is unlinked and `free(ptr)` frees it; it is retired once.
+    pub(crate) unsafe fn retire(&self, ptr: *mut (), free: unsafe fn(*mut ())) {
+        self.lock().pending.push(Retired { ptr, free });
+    }
+
+    /// Collects if enough has been retired since the last collection.
+    pub(crate) fn collect_if_due(&self) {
+        if self.lock().pending.len() >= COLLECT_AT {
+            self.collect();
+        }
+    }
+
+    /// Frees what no reader can hold any more; advances the epoch if it can.
+    pub(crate) fn collect(&self) {
+        let freeable = {
+            let mut lists = self.lock();
+            if lists.pending.is_empty() && lists.sealed.is_empty() {
+                return;
+            }
+            let registry = REGISTRY
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            // Stamped under the registry's lock, which every advance holds,
+            // so the stamp is the epoch at sealing, never an older one.
+            let stamp = EPOCH.load(Ordering::Relaxed);
+            let pending = std::mem::take(&mut lists.pending);
+            if !pending.is_empty() {
+                lists.sealed.push((stamp, pending));
+            }
+            let epoch = try_advance(&registry);
+            drop(registry);
+            let (freeable, kept) = std::mem::take(&mut lists.sealed)
+                .into_iter()
+                .partition(|(stamp, _)| stamp + 2 <= epoch);
+            lists.sealed = kept;
+            freeable
+        };
+        // Outside the locks: freeing runs the values' destructors.
+        for (_, batch) in freeable {
+            free(batch);
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Lists> {
+        self.lists
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+fn free(batch: Vec<Retired>) {
+    for retired in batch {
+        // SAFETY: retired once with its own `free`, and no reader holds it.
+        unsafe { (retired.free)(retired.ptr) };
+    }
+}
+
+impl Drop for Garbage {
+    fn drop(&mut self) {
+        // The table is gone, and with it every reader that could reach these.
+        let lists = std::mem::take(
+            self.lists
+                .get_mut()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        free(lists.pending);
+        for (_, batch) in lists.sealed {
+            free(batch);
+        }
+    }
+}
+
+/// The per-thread lease of a reader cell.
+mod lease {
+    use super::{AtomicU64, CachePadded, Cell, REGISTRY, UNPINNED};
+
+    /// Leased: (index, cell). `None` before the first pin and after the
+    /// lease is returned at thread exit.
+    type Leased = Option<(usize, &'static AtomicU64)>;
+
+    thread_local! {
+        static LEASE: Cell<Leased> = const { Cell::new(None) };
+        static RETURNED: Cell<bool> = const { Cell::new(false) };
+        static GUARD: Guard = const { Guard };
+    }
+
+    /// Returns the lease when its thread ends.
+    struct Guard;
+
+    impl Drop for Guard {
+        fn drop(&mut self) {
+            RETURNED.with(|r| r.set(true));
+            if let Some((index, _)) = LEASE.with(|l| l.replace(None)) {
+                REGISTRY
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .free
+                    .push(index);
+            }
+        }
+    }
+
+    /// This thread's lease; `None` while the thread is exiting.
+    #[inline]
+    pub(super) fn current() -> Leased {
+        match LEASE.with(Cell::get) {
+            Some(leased) => Some(leased),
+            None => take(),
+        }
+    }
+
+    #[cold]
+    fn take() -> Leased {
+        // Register the guard first; if this thread is already exiting, share.
+        if RETURNED.with(Cell::get) || GUARD.try_with(|_| ()).is_err() {
+            return None;
+        }
+        super::barrier::detect();
+        let mut registry = REGISTRY
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let leased = if let Some(index) = registry.free.pop() {
+            (index, &**registry.cells[index])
+        } else {
+            let cell: &'static CachePadded<AtomicU64> =
+                Box::leak(Box::new(CachePadded::new(AtomicU64::new(UNPINNED))));
+            registry.cells.push(cell);
+            (registry.cells.len() - 1, &**cell)
+        };
+        LEASE.with(|l| l.set(Some(leased)));
+        Some(leased)
+    }
+}
+
+/// The two halves of the asymmetric fence.
+mod barrier {
+    use super::{Ordering, compiler_fence, fence};
+    use std::sync::atomic::AtomicBool;
+
+    /// Whether `membarrier(2)` does the heavy half. Set once, before any
+    /// thread leases a cell (so before any light half relies on it).
+    static ASYMMETRIC: AtomicBool = AtomicBool::new(false);
+
+    /// After a reader's pin store.
+    #[inline]
+    pub(super) fn light() {
+        if ASYMMETRIC.load(Ordering::Relaxed) {
+            compiler_fence(Ordering::SeqCst);
+        } else {
+            fence(Ordering::SeqCst);
+        }
+    }
+
+    /// Before a reclaimer reads the readers' cells.
+    pub(super) fn heavy() {
+        if ASYMMETRIC.load(Ordering::Relaxed) {
+            membarrier::expedited();
+        } else {
+            fence(Ordering::SeqCst);
+        }
+    }
+
+    /// Chooses the fence, once per process.
+    pub(super) fn detect() {
+        static ONCE: std::sync::Once = std::sync::Once::new();
+        ONCE.call_once(|| ASYMMETRIC.store(membarrier::register(), Ordering::Relaxed));
+    }
+
+    #[cfg(all(target_os = "linux", not(miri), not(echo_cache_loom)))]
+    mod membarrier {
+        // From linux/membarrier.h (the `libc` crate does not name them).
+        const QUERY: libc::c_int = 0;
+        const PRIVATE_EXPEDITED: libc::c_int = 1 << 3;
+        const REGISTER_PRIVATE_EXPEDITED: libc::c_int = 1 << 4;
+
+        fn membarrier(command: libc::c_int) -> libc::c_long {
+            // SAFETY: membarrier takes two integers and touches no memory.
+            unsafe { libc::syscall(libc::SYS_membarrier, command, 0 as libc::c_int) }
+        }
+
+        /// Whether this process may use expedited barriers (registering it).
+        pub(super) fn register() -> bool {
+            let supported = membarrier(QUERY);
+            let wanted = libc::c_long::from(PRIVATE_EXPEDITED | REGISTER_PRIVATE_EXPEDITED);
+            supported >= 0
+                && supported & wanted == wanted
+                && membarrier(REGISTER_PRIVATE_EXPEDITED) == 0
+        }
+
+        pub(super) fn expedited() {
+            // Registered in `register`; it cannot fail afterwards, and
+            // going on without the fence would free memory readers hold.
+            if membarrier(PRIVATE_EXPEDITED) != 0 {
+                std::process::abort();
+            }
+        }
+    }
+
+    #[cfg(not(all(target_os = "linux", not(miri), not(echo_cache_loom))))]
+    mod membarrier {
+        pub(super) fn register() -> bool {
+            false
+        }
+
+        pub(super) fn expedited() {
+            unreachable!("only called when `register` succeeded");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use std::sync::atomic::AtomicBool;
+    use std::sync::mpsc;
+
+    /// Retires a box that sets `freed` when it is dropped.
+    fn retire_flag(garbage: &Garbage, freed: &Arc<AtomicBool>) {
+        struct Flag(Arc<AtomicBool>);
+        impl Drop for Flag {
+            fn drop(&mut self) {
+                self.0.store(true, Ordering::SeqCst);
+            }
+        }
+        unsafe fn free_flag(ptr: *mut ()) {
+            drop(unsafe { Box::from_raw(ptr.cast::<Flag>()) });
+        }
+        let ptr = Box::into_raw(Box::new(Flag(Arc::clone(freed))));
+        // SAFETY: nothing else knows the pointer.
+        unsafe { garbage.retire(ptr.cast(), free_flag) };
+    }
+
+    /// Collects until `freed`, a bounded number of times.
+    fn collect_until(garbage: &Garbage, freed: &AtomicBool) -> bool {
+        for _ in 0..10_000 {
+            garbage.collect();
+            if freed.load(Ordering::SeqCst) {
+                return true;
+            }
+            std::thread::yield_now();
+        }
+        false
+    }
+
+    #[test]
+    fn nothing_is_freed_while_a_reader_pinned_before_it_was_retired() {
+        let garbage = Garbage::new();
+        let freed = Arc::new(AtomicBool::new(false));
+        let (pinned, hold) = (mpsc::channel(), mpsc::channel::<()>());
+        let reader = std::thread::spawn(move || {
+            let pin = pin();
+            pinned.0.send(()).unwrap();
+            hold.1.recv().unwrap();
+            drop(pin);
+        });
+        pinned.1.recv().unwrap();
+        retire_flag(&garbage, &freed);
+        for _ in 0..100 {
+            garbage.collect();
+        }
+        assert!(!freed.load(Ordering::SeqCst), "freed under a pinned reader");
+        hold.0.send(()).unwrap();
+        reader.join().unwrap();
+        assert!(
+            collect_until(&garbage, &freed),
+            "never freed after unpinning"
+        );
+    }
+
+    #[test]
+    fn a_dropped_list_frees_what_it_holds() {
+        let freed = Arc::new(AtomicBool::new(false));
+        let garbage = Garbage::new();
+        let _pin = pin();
+        retire_flag(&garbage, &freed);
+        drop(garbage);
+        assert!(freed.load(Ordering::SeqCst));
+    }
+
+    #[test]
+    fn living_threads_hold_distinct_lease_indexes() {
+        let (indexes, wait) = (mpsc::channel(), Arc::new(std::sync::Barrier::new(8)));
+        std::thread::scope(|s| {
+            for _ in 0..8 {
+                let (sender, wait) = (indexes.0.clone(), Arc::clone(&wait));
+                s.spawn(move || {
+                    sender.send(pin().index()).unwrap();
+                    wait.wait();
+                });
+            }
+        });
+        drop(indexes.0);
+        let mut indexes: Vec<usize> = indexes.1.iter().collect();
+        indexes.sort_unstable();
+        indexes.dedup();
+        assert_eq!(indexes.len(), 8);
+        assert!(indexes.iter().all(|&i| i != usize::MAX));
+    }
+}
