@@ -115,8 +115,6 @@ const NET_BATCH: u64 = 1_500;
 const CPU_BATCH: u64 = 1 << 17;
 /// The hot set of the hit lines: the first ids of the pool.
 const HOT: usize = 1_024;
-/// Untimed hits that let a flush's garbage be reclaimed.
-const SETTLE: u64 = 1 << 16;
 /// Bytes of a frame before its body: the version, then the schema stamp.
 const FRAME_HEADER: usize = ID_LEN + 8;
 
@@ -188,15 +186,6 @@ struct Bench {
 
 /// A line: a name and its timed loop of `n` operations.
 type Line<'a> = (&'static str, Box<dyn Fn(u64) -> Duration + 'a>);
-
-/// Lets the epoch-based reclamation of L1 (`scc`) free the rows a flush
-/// dropped, before a timed loop rather than inside it: the reclamation is
-/// deferred to later operations of the same thread, which these hits are.
-fn settle(near: &Cache, ids: &[Id<Profile>]) {
-    for i in 0..SETTLE {
-        drop(black_box(poll_once(near.fetch(ids[at(i)]))));
-    }
-}
 
 /// Polls `future` once with a no-op waker.
 fn poll_once<F: Future>(future: F) -> Poll<F::Output> {
@@ -393,13 +382,12 @@ impl Bench {
     /// whenever the pool is used up. `timeout`: use `fetch_within(id, None)`
     /// instead of `fetch` when false.
     fn fill_fresh(&self, n: u64, timeout: bool) -> Duration {
-        let (cache, near, ids) = (self.cache.clone(), self.near.clone(), Arc::clone(&self.ids));
+        let (cache, ids) = (self.cache.clone(), Arc::clone(&self.ids));
         self.run(async move {
             let mut total = Duration::ZERO;
             let mut done = 0;
             while done < n {
                 cache.flush::<Profile>();
-                settle(&near, &ids);
                 let chunk = (n - done).min(POOL as u64);
                 let start = Instant::now();
                 for i in 0..chunk {
