@@ -34,8 +34,10 @@
 //!    at compile time and gathered at link time ([`declared`]). Fetching a
 //!    type that declared no cache, or with an id of another kind, does not
 //!    compile.
-//! 2. **A hit never leaves the caller.** L1 is read lock-free in the
-//!    caller's thread; values live decoded as `Arc<T>`; hit counters are
+//! 2. **A hit never leaves the caller.** L1 is read in the caller's thread
+//!    with no lock and no atomic read-modify-write but the `Arc`'s count
+//!    (a purpose-built table whose removed rows are freed once no reader
+//!    can hold them); values live decoded as `Arc<T>`; hit counters are
 //!    striped per thread; expiry is read off a coarse clock.
 //! 3. **One fill per herd.** Concurrent misses of one id share one flight,
 //!    a detached task; its one answer (value or error) reaches every waiter.
