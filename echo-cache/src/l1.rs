@@ -598,7 +598,7 @@ mod tests {
     use super::*;
     use crate::epoch;
 
-    fn rows(max_size: usize) -> Rows<u64> {
+    fn rows<T>(max_size: usize) -> Rows<T> {
         let spec = crate::directory::SpecParts {
             name: "rows",
             type_name: "Rows",
@@ -766,23 +766,36 @@ mod tests {
     }
 
     #[test]
-    fn readers_see_whole_rows_while_writers_rewrite_them() {
-        // A row's value is (key << 32 | version): a torn or freed row shows.
+    fn readers_see_whole_rows_while_writers_rewrite_and_free_them() {
+        /// A row's value, `key << 32 | version`: a torn or freed row shows.
+        struct Word(u64, Arc<AtomicUsize>);
+        impl Drop for Word {
+            fn drop(&mut self) {
+                self.1.fetch_add(1, Relaxed);
+            }
+        }
         const KEYS: u64 = 64;
-        let writes: u64 = if cfg!(miri) { 200 } else { 50_000 };
-        let rows = rows(usize::MAX);
-        let finished = AtomicUsize::new(0);
+        const WRITES: u64 = 200_000;
+        let rows = rows::<Word>(usize::MAX);
+        let (freed, finished) = (Arc::new(AtomicUsize::new(0)), AtomicUsize::new(0));
         std::thread::scope(|s| {
             for writer in 0..2_u64 {
-                let (rows, finished) = (&rows, &finished);
+                let (rows, freed, finished) = (&rows, &freed, &finished);
                 s.spawn(move || {
-                    for n in 0..writes {
-                        let key = n.wrapping_mul(writer + 7) % KEYS;
-                        let version = n + 1;
+                    for n in 0..WRITES {
+                        let (key, version) = (n.wrapping_mul(writer + 7) % KEYS, n + 1);
+                        let word = Word(key << 32 | version, Arc::clone(freed));
                         match n % 17 {
                             0 => drop(rows.remove_older(key, None)),
                             1 if n % 1_000 == 1 => rows.clear(),
-                            _ => drop(rows.insert(key, row(key << 32 | version, version, 100))),
+                            _ => drop(rows.insert(
+                                key,
+                                Row {
+                                    value: Some(Arc::new(word)),
+                                    version,
+                                    expires_at: 100,
+                                },
+                            )),
                         }
                     }
                     finished.fetch_add(1, Relaxed);
@@ -793,14 +806,19 @@ mod tests {
                 s.spawn(move || {
                     while finished.load(Relaxed) < 2 {
                         for key in 0..KEYS {
-                            if let Some((value, version)) = read(rows, key, 0) {
-                                assert_eq!(value, Some(key << 32 | version), "key {key}");
+                            if let Some(live) = rows.get(&epoch::pin(), key, 0) {
+                                let word = live.value.expect("rows with values only");
+                                assert_eq!(word.0, key << 32 | live.version, "key {key}");
                             }
                         }
                     }
                 });
             }
         });
+        assert!(
+            freed.load(Relaxed) > 0,
+            "replaced values were freed while readers read"
+        );
     }
 
     #[test]
