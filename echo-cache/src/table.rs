@@ -302,16 +302,14 @@ impl<T: Cached> Table<T> {
     fn land(&self, key: u64, token: u64, outcome: Result<Fetched<T>, Error>) {
         let now = self.clock.now_ms();
         let row = match &outcome {
-            Ok(fetched) if fetched.source() != Source::Hit => Some(Row {
-                value: Some(Arc::clone(fetched.value())),
-                version: fetched.version().payload(),
-                expires_at: l1::expiry(now, self.spec.ttl_ms, self.spec.jitter),
-            }),
-            Err(Error::NotFound { .. }) if self.spec.absent_ttl_ms > 0 => Some(Row {
-                value: None,
-                version: key,
-                expires_at: l1::expiry(now, self.spec.absent_ttl_ms, self.spec.jitter),
-            }),
+            Ok(fetched) if fetched.source() != Source::Hit => Some(self.row(
+                Some(Arc::clone(fetched.value())),
+                fetched.version().payload(),
+                now,
+            )),
+            Err(Error::NotFound { .. }) if self.spec.absent_ttl_ms > 0 => {
+                Some(self.row(None, key, now))
+            }
             _ => None,
         };
         if row.is_some() {
@@ -335,6 +333,21 @@ impl<T: Cached> Table<T> {
         }
         if let Some(waiters) = waiters {
             waiters.send_replace(Some(outcome));
+        }
+    }
+
+    /// A row of `value` (or of an absence) at `version`, inserted at `now`:
+    /// it dies a jittered TTL later (the absence TTL for an absence).
+    fn row(&self, value: Option<Arc<T>>, version: u64, now: u64) -> Row<T> {
+        let ttl_ms = if value.is_some() {
+            self.spec.ttl_ms
+        } else {
+            self.spec.absent_ttl_ms
+        };
+        Row {
+            value,
+            version,
+            expires_at: l1::expiry(now, ttl_ms, self.spec.jitter),
         }
     }
 
@@ -367,11 +380,7 @@ impl<T: Cached> Table<T> {
             .await;
         }
         let now = self.clock.now_ms();
-        let row = Row {
-            value: Some(Arc::new(value)),
-            version: version.payload(),
-            expires_at: l1::expiry(now, self.spec.ttl_ms, self.spec.jitter),
-        };
+        let row = self.row(Some(Arc::new(value)), version.payload(), now);
         self.rows.make_room(now);
         self.flights.overtake(key, || {
             self.rows.remove_older(key, None);
