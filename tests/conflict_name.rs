@@ -2,7 +2,10 @@
 //! program, and the error names both types. (Its own test binary: the
 //! conflict refuses every build in the program.)
 
-use echo_cache::{Cache, Error, near_cache};
+mod common;
+
+use common::conflict;
+use echo_cache::near_cache;
 
 #[near_cache(kind = "ONE", ttl_ms = 1_000, name = "shared")]
 #[derive(serde::Serialize, serde::Deserialize)]
@@ -16,37 +19,14 @@ struct Two {
     b: u32,
 }
 
+const TYPES: [&str; 2] = ["conflict_name::One", "conflict_name::Two"];
+
 #[test]
 fn building_a_cache_names_both_types() {
-    let Err(error) = Cache::builder().build() else {
-        panic!("two declarations of one table name must not build");
-    };
-    let Error::Conflict {
-        ref what,
-        first,
-        second,
-    } = error
-    else {
-        panic!("expected Conflict, got {error:?}");
-    };
-    assert_eq!(&**what, "table name `shared`");
-    let mut types = [first.type_name(), second.type_name()];
-    types.sort_unstable();
-    assert_eq!(types, ["conflict_name::One", "conflict_name::Two"]);
-    let message = error.to_string();
-    assert!(
-        message.contains("conflict_name::One") && message.contains("conflict_name::Two"),
-        "{message}"
-    );
-    assert!(message.contains("table name `shared`"), "{message}");
+    conflict::building_a_cache_names_both("table name `shared`", TYPES);
 }
 
 #[test]
 fn the_directory_still_lists_both() {
-    let types: Vec<&str> = echo_cache::declared()
-        .iter()
-        .map(|spec| spec.type_name())
-        .collect();
-    assert_eq!(types.len(), 2);
-    assert!(types.contains(&"conflict_name::One") && types.contains(&"conflict_name::Two"));
+    conflict::the_directory_lists_both(TYPES);
 }

@@ -62,6 +62,36 @@ fn switchable<T: Send + 'static>(
     }
 }
 
+/// A cache of `T` on a [`Clock::manual`], its loader [`switchable`] (open
+/// until the test closes it) and counting its calls.
+struct Rig {
+    cache: Cache,
+    open: Arc<AtomicBool>,
+    calls: Calls,
+    clock: Clock,
+}
+
+impl Rig {
+    fn new<T: echo_cache::Cached>(make: fn(u64) -> T) -> Rig {
+        let (open, calls, clock) = (
+            Arc::new(AtomicBool::new(true)),
+            Calls::default(),
+            Clock::manual(),
+        );
+        let cache = Cache::builder()
+            .loader(switchable(&open, &calls, make))
+            .clock(clock.clone())
+            .build()
+            .unwrap();
+        Rig {
+            cache,
+            open,
+            calls,
+            clock,
+        }
+    }
+}
+
 /// How many of `ids` are alive in L1: hits, where a dead row is refused
 /// by the closed loader and so stays out of L1.
 async fn alive<T: echo_cache::Cached + std::fmt::Debug>(cache: &Cache, ids: &[Id<T>]) -> usize {
@@ -98,16 +128,9 @@ async fn fill_cohort<T: echo_cache::Cached>(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_cohort_filled_at_one_instant_dies_across_the_jitter_band() {
-    let (open, calls, clock) = (
-        Arc::new(AtomicBool::new(true)),
-        Calls::default(),
-        Clock::manual(),
-    );
-    let cache = Cache::builder()
-        .loader(switchable(&open, &calls, |n| Jittery { n }))
-        .clock(clock.clone())
-        .build()
-        .unwrap();
+    let Rig {
+        cache, open, clock, ..
+    } = Rig::new(|n| Jittery { n });
     let ids = fill_cohort::<Jittery>(&cache, &open, 10_000).await;
     let start = clock.now_ms();
     let at = |ms: u64| {
@@ -141,16 +164,9 @@ async fn a_cohort_filled_at_one_instant_dies_across_the_jitter_band() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn without_jitter_every_row_dies_exactly_at_ttl() {
-    let (open, calls, clock) = (
-        Arc::new(AtomicBool::new(true)),
-        Calls::default(),
-        Clock::manual(),
-    );
-    let cache = Cache::builder()
-        .loader(switchable(&open, &calls, |n| Exact { n }))
-        .clock(clock.clone())
-        .build()
-        .unwrap();
+    let Rig {
+        cache, open, clock, ..
+    } = Rig::new(|n| Exact { n });
     let ids = fill_cohort::<Exact>(&cache, &open, 10_000).await;
 
     clock.advance(Duration::from_millis(100_000 - 1));
@@ -165,21 +181,14 @@ async fn without_jitter_every_row_dies_exactly_at_ttl() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_sweeper_reclaims_expired_rows_and_only_those() {
-    let (open, calls, clock) = (
-        Arc::new(AtomicBool::new(true)),
-        Calls::default(),
-        Clock::manual(),
-    );
-    let cache = Cache::builder()
-        .loader(switchable(&open, &calls, |n| Swept { n }))
-        .clock(clock.clone())
-        .build()
-        .unwrap();
+    let Rig {
+        cache, open, clock, ..
+    } = Rig::new(|n| Swept { n });
     let old = fill_cohort::<Swept>(&cache, &open, 500).await;
 
     // Passes over live rows reclaim nothing.
     let sweeps = cache.stats::<Swept>().sweeps;
-    eventually("two sweeper passes", || {
+    eventually("two sweeper passes", async || {
         cache.stats::<Swept>().sweeps >= sweeps + 2
     })
     .await;
@@ -190,7 +199,7 @@ async fn the_sweeper_reclaims_expired_rows_and_only_those() {
     clock.advance(Duration::from_millis(1_100));
     let young = Id::<Swept>::mint();
     cache.put(young, Swept { n: 0 }).await.unwrap();
-    eventually("the sweeper to reclaim the 500 dead rows", || {
+    eventually("the sweeper to reclaim the 500 dead rows", async || {
         let stats = cache.stats::<Swept>();
         // Only the live row is left.
         stats.swept == 500 && stats.sweeps > sweeps + 2 && stats.size == 1
@@ -207,16 +216,7 @@ async fn the_sweeper_reclaims_expired_rows_and_only_those() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_full_table_serves_without_keeping_then_reclaims_dead_rows() {
-    let (open, calls, clock) = (
-        Arc::new(AtomicBool::new(true)),
-        Calls::default(),
-        Clock::manual(),
-    );
-    let cache = Cache::builder()
-        .loader(switchable(&open, &calls, |n| Small { n }))
-        .clock(clock.clone())
-        .build()
-        .unwrap();
+    let Rig { cache, clock, .. } = Rig::new(|n| Small { n });
     let kept: Vec<Id<Small>> = (0..4).map(|_| Id::mint()).collect();
     for &id in &kept {
         cache.fetch(id).await.unwrap();
@@ -259,16 +259,9 @@ async fn a_full_table_serves_without_keeping_then_reclaims_dead_rows() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_counters_add_up() {
-    let (open, calls, clock) = (
-        Arc::new(AtomicBool::new(true)),
-        Calls::default(),
-        Clock::manual(),
-    );
-    let cache = Cache::builder()
-        .loader(switchable(&open, &calls, |n| Small { n }))
-        .clock(clock.clone())
-        .build()
-        .unwrap();
+    let Rig {
+        cache, open, calls, ..
+    } = Rig::new(|n| Small { n });
     let mut fetches = 0_u64;
     let mut fetch = async |id: Id<Small>| {
         fetches += 1;

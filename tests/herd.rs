@@ -65,7 +65,7 @@ fn herd(
 /// Waits until `callers` misses have each joined or started a flight whose
 /// loader has been entered.
 async fn until_joined(cache: &Cache, calls: &Calls, callers: u64) {
-    eventually("every caller to join a flight", || {
+    eventually("every caller to join a flight", async || {
         let stats = cache.stats::<Item>();
         stats.misses == callers && stats.coalesced + calls.get() as u64 == callers
     })
@@ -302,7 +302,7 @@ async fn callers_that_give_up_cancel_nothing_for_the_others() {
         cache.fetch(id).now_or_never().is_none(),
         "the loader is held"
     );
-    eventually("the flight to reach the loader", || calls.get() == 1).await;
+    eventually("the flight to reach the loader", async || calls.get() == 1).await;
 
     // A caller that times out while the loader is held.
     let timed_out = cache.fetch_within(id, Some(Duration::from_millis(5))).await;
@@ -313,7 +313,7 @@ async fn callers_that_give_up_cancel_nothing_for_the_others() {
     // Waiters, and one more that is aborted while it waits.
     let waiters = herd(&cache, id, 10);
     let aborted = herd(&cache, id, 1).pop().unwrap();
-    eventually("every caller to join the flight", || {
+    eventually("every caller to join the flight", async || {
         cache.stats::<Item>().coalesced == 12
     })
     .await;
@@ -355,7 +355,7 @@ async fn a_flight_whose_every_caller_left_still_fills_l1() {
     let gave_up = cache.fetch_within(id, Some(Duration::from_millis(1))).await;
     assert!(matches!(gave_up, Err(Error::Timeout { .. })), "{gave_up:?}");
     gate.open();
-    eventually("the abandoned flight to land", || {
+    eventually("the abandoned flight to land", async || {
         let stats = cache.stats::<Item>();
         stats.in_flight == 0 && stats.size == 1
     })

@@ -90,7 +90,10 @@ async fn paused_fill(
         let cache = cache.clone();
         tokio::spawn(async move { cache.fetch(id).await })
     };
-    eventually("the fill to reach the loader", || calls.get() == before + 1).await;
+    eventually("the fill to reach the loader", async || {
+        calls.get() == before + 1
+    })
+    .await;
     fill
 }
 
@@ -262,7 +265,7 @@ async fn a_herd_asking_for_nothing_makes_one_flight() {
             tokio::spawn(async move { cache.fetch(id).await })
         })
         .collect();
-    eventually("every caller to join", || {
+    eventually("every caller to join", async || {
         let stats = cache.stats::<Plain>();
         stats.misses == 20 && stats.coalesced + calls.get() as u64 == 20
     })

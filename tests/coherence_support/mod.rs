@@ -1,10 +1,19 @@
 //! Shared by the coherence test binaries (`coherence_*.rs`): one `tracking`
 //! and one `broadcast` table, a system of record that holds a revision per
-//! id, cache nodes built on one real server, and bounded waits.
+//! id, cache nodes built on one real server, and the bounded waits of
+//! `tests/common` (re-exported: one definition for every test binary).
 //!
 //! Every table declared here exists in every cache a test binary builds, so
 //! one cache node has one coherence link carrying both tables.
 #![allow(dead_code)]
+
+#[path = "../common/mod.rs"]
+mod common;
+
+// Each binary uses part of these; like `dead_code` above, an unused one
+// must not warn.
+#[allow(unused_imports)]
+pub use common::{BOUND, bounded, eventually};
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -15,9 +24,6 @@ use std::time::Duration;
 use echo_cache::{Builder, Cache, Cached, Health, Id, RawId, keyspace, near_cache};
 use echo_cache_testkit::RedisServer;
 use redis::aio::MultiplexedConnection;
-
-/// The longest any wait for a condition lasts before the test fails.
-pub const BOUND: Duration = Duration::from_secs(20);
 
 /// How often the coherence links PING (and how long they wait for a PONG).
 pub const PING_EVERY: Duration = Duration::from_millis(200);
@@ -137,27 +143,6 @@ pub fn health<T: Cached>(cache: &Cache) -> Health {
         .find(|t| t.spec.name() == name)
         .expect("the table is declared")
         .health
-}
-
-/// Polls `probe` until it holds; fails the test naming `what` after
-/// [`BOUND`].
-pub async fn eventually(what: &str, mut probe: impl AsyncFnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + BOUND;
-    while !probe().await {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "not within {BOUND:?}: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
-}
-
-/// Awaits `future`, failing the test if it takes longer than [`BOUND`].
-pub async fn bounded<F: Future>(what: &str, future: F) -> F::Output {
-    match tokio::time::timeout(BOUND, future).await {
-        Ok(output) => output,
-        Err(_) => panic!("not within {BOUND:?}: {what}"),
-    }
 }
 
 /// Waits until the coherence link of `cache` is up: both tables serve.

@@ -1,5 +1,6 @@
 //! Helpers shared by the integration tests: a gate a loader waits on, a
-//! counter of loader calls, and a bounded wait for a condition.
+//! counter of loader calls, bounded waits for a condition or a future, and
+//! the checks of the `conflict_*` binaries ([`conflict`]).
 //!
 //! Nothing here sleeps to let time pass: every wait polls a condition and
 //! gives up (failing the test) after [`BOUND`].
@@ -11,14 +12,20 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
+pub mod conflict;
+
 /// The longest any test waits for a condition before it fails.
 pub const BOUND: Duration = Duration::from_secs(20);
 
-/// Waits until `condition` holds, polling it; panics naming `what` if it
-/// does not hold within [`BOUND`].
-pub async fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
+/// Waits until `probe` holds, polling it every millisecond; panics naming
+/// `what` if it does not hold within [`BOUND`] (a probe that hangs counts
+/// against the bound too).
+///
+/// The probe may await (`async || cache.fetch(id).await…`) or not
+/// (`async || calls.get() == 1`).
+pub async fn eventually(what: &str, mut probe: impl AsyncFnMut() -> bool) {
     let polled = tokio::time::timeout(BOUND, async {
-        while !condition() {
+        while !probe().await {
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
     })
