@@ -106,6 +106,12 @@ use redis::{AsyncConnectionConfig, PushInfo, PushKind};
 use tokio::runtime::Runtime;
 use tokio::sync::mpsc;
 
+// Not every bench uses every shared helper; an unused one would warn as dead.
+#[allow(dead_code)]
+mod support;
+
+use support::{benchmarking, cpus, load_average, publish, verdict};
+
 /// How long B's eviction is waited for before the sample is a timeout.
 const WAIT: Duration = Duration::from_secs(1);
 /// Samples per line run (and discarded) to size criterion's run.
@@ -606,14 +612,8 @@ fn us(d: Duration) -> f64 {
     d.as_secs_f64() * 1e6
 }
 
-fn load() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_else(|_| "unknown".to_owned())
-}
-
 fn summary(bench: &Bench, lines: &[Line], load_before: &str) -> String {
-    let cpus = std::thread::available_parallelism().map_or(0, std::num::NonZero::get);
+    let cpus = cpus();
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -632,7 +632,7 @@ fn summary(bench: &Bench, lines: &[Line], load_before: &str) -> String {
         },
         bench.server.binary().display(),
         bench.server.version(),
-        load(),
+        load_average(),
     );
     let _ = writeln!(
         out,
@@ -753,7 +753,7 @@ fn summary(bench: &Bench, lines: &[Line], load_before: &str) -> String {
                 line.name,
                 us(p99),
                 us(TARGET_P99),
-                if p99 <= TARGET_P99 { "met" } else { "MISSED" }
+                verdict(p99 <= TARGET_P99)
             );
         }
     }
@@ -768,31 +768,15 @@ fn summary(bench: &Bench, lines: &[Line], load_before: &str) -> String {
     out
 }
 
-/// `target/` (or `$CARGO_TARGET_DIR`): the bench runs from
-/// `<target>/release/deps/`.
-fn target_dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os("CARGO_TARGET_DIR") {
-        return dir.into();
-    }
-    std::env::current_exe()
-        .ok()
-        .and_then(|exe| exe.ancestors().nth(3).map(PathBuf::from))
-        .unwrap_or_else(|| PathBuf::from("target"))
-}
-
 fn main() {
-    let load_before = load();
+    let load_before = load_average();
     let bench = Bench::new();
     let mut lines = bench.lines();
 
     // Calibrate and summarise only when benchmarking (`cargo bench`), not
     // when `cargo test --benches` runs each line once, nor under
     // `--list` or `--profile-time`.
-    let args: Vec<String> = std::env::args().collect();
-    let benchmarking = args.iter().any(|a| a == "--bench")
-        && !args
-            .iter()
-            .any(|a| a == "--test" || a == "--list" || a.starts_with("--profile-time"));
+    let benchmarking = benchmarking();
 
     let mut criterion = Criterion::default()
         .nresamples(10_000)
@@ -811,11 +795,8 @@ fn main() {
             line.samples.extend((line.run)(short as u64));
         }
     }
-    let table = summary(&bench, &lines, &load_before);
-    println!("\n{table}");
-    let path = target_dir().join("echo-coherence-bench-summary.txt");
-    match std::fs::write(&path, &table) {
-        Ok(()) => println!("(written to {})", path.display()),
-        Err(e) => eprintln!("cannot write {}: {e}", path.display()),
-    }
+    publish(
+        &summary(&bench, &lines, &load_before),
+        "echo-coherence-bench-summary.txt",
+    );
 }

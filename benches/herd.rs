@@ -36,6 +36,12 @@ use criterion::Criterion;
 use echo_cache::{Cache, Id, near_cache};
 use tokio::runtime::Runtime;
 
+// Not every bench uses every shared helper; an unused one would warn as dead.
+#[allow(dead_code)]
+mod support;
+
+use support::{benchmarking, load_average};
+
 type Hasher = foldhash::fast::RandomState;
 
 /// Tasks in a herd.
@@ -201,12 +207,6 @@ fn herds<H: Herd>(runtime: &Runtime, engine: &H, herds: u64) -> Duration {
     })
 }
 
-fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_else(|_| "unknown".to_owned())
-}
-
 fn millis(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
@@ -288,12 +288,7 @@ fn main() {
     }
     criterion.final_summary();
 
-    let args: Vec<String> = std::env::args().collect();
-    let benchmarking = args.iter().any(|a| a == "--bench")
-        && !args
-            .iter()
-            .any(|a| a == "--test" || a == "--list" || a.starts_with("--profile-time"));
-    if benchmarking {
+    if benchmarking() {
         println!("\n{}", summary(&runtime, &echo, &moka));
     }
 }

@@ -55,7 +55,6 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::future::Future;
 use std::hint::black_box;
-use std::path::PathBuf;
 use std::pin::pin;
 use std::sync::{Arc, Barrier};
 use std::task::{Context, Poll, Waker};
@@ -63,6 +62,12 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput};
 use echo_cache::{Cache, Id, Source, near_cache};
+
+// Not every bench uses every shared helper; an unused one would warn as dead.
+#[allow(dead_code)]
+mod support;
+
+use support::{benchmarking, cpus, load_average, median, poll_once, publish, verdict};
 
 type Hasher = foldhash::fast::RandomState;
 
@@ -264,13 +269,6 @@ fn patterns(ids: &[u64]) -> Vec<Pattern> {
     ]
 }
 
-/// Polls `future` once with a no-op waker.
-fn poll_once<F: Future>(future: F) -> Poll<F::Output> {
-    pin!(future)
-        .as_mut()
-        .poll(&mut Context::from_waker(Waker::noop()))
-}
-
 fn entity(i: usize) -> Entity {
     Entity {
         name: format!("entity number {i}"),
@@ -355,27 +353,11 @@ fn samples(pattern: &Pattern, contenders: &[Contender<'_>]) -> [Vec<Vec<f64>>; 2
     samples
 }
 
-fn median(values: &[f64]) -> f64 {
-    let mut sorted = values.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    sorted[sorted.len() / 2]
-}
-
-fn load() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_else(|_| "unknown".to_owned())
-}
-
-fn verdict(met: bool) -> &'static str {
-    if met { "met" } else { "MISSED" }
-}
-
 /// The summary pass and its table. Contenders: echo, quick_cache, moka, floor.
 fn summary(patterns: &[Pattern], contenders: &[Contender<'_>]) -> String {
-    let load_before = load();
+    let load_before = load_average();
     let mut out = String::new();
-    let cpus = std::thread::available_parallelism().map_or(0, std::num::NonZero::get);
+    let cpus = cpus();
     let _ = writeln!(
         out,
         "echo-cache L1 hit summary: median of {ROUNDS} interleaved rounds of {BATCH} lookups per thread\n\
@@ -446,20 +428,8 @@ fn summary(patterns: &[Pattern], contenders: &[Contender<'_>]) -> String {
     for line in targets {
         let _ = writeln!(out, "  {line}");
     }
-    let _ = writeln!(out, "\nload average after: {}", load());
+    let _ = writeln!(out, "\nload average after: {}", load_average());
     out
-}
-
-/// `target/` (or `$CARGO_TARGET_DIR`): the bench runs from
-/// `<target>/release/deps/`.
-fn target_dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os("CARGO_TARGET_DIR") {
-        return dir.into();
-    }
-    std::env::current_exe()
-        .ok()
-        .and_then(|exe| exe.ancestors().nth(3).map(PathBuf::from))
-        .unwrap_or_else(|| PathBuf::from("target"))
 }
 
 fn main() {
@@ -514,19 +484,8 @@ fn main() {
 
     // The summary pass only when benchmarking (`cargo bench`), not when
     // `cargo test --benches` runs each bench once.
-    let args: Vec<String> = std::env::args().collect();
-    let benchmarking = args.iter().any(|a| a == "--bench")
-        && !args
-            .iter()
-            .any(|a| a == "--test" || a == "--list" || a.starts_with("--profile-time"));
-    if benchmarking {
-        let table = summary(&patterns, &contenders);
-        println!("\n{table}");
-        let path = target_dir().join("echo-bench-summary.txt");
-        match std::fs::write(&path, &table) {
-            Ok(()) => println!("(written to {})", path.display()),
-            Err(e) => eprintln!("cannot write {}: {e}", path.display()),
-        }
+    if benchmarking() {
+        publish(&summary(&patterns, &contenders), "echo-bench-summary.txt");
     }
 
     // Still every id cached, and every echo-cache read was a hit.

@@ -90,13 +90,9 @@
 //! ```
 
 use std::fmt::Write as _;
-use std::future::Future;
 use std::hint::black_box;
-use std::path::PathBuf;
-use std::pin::pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
-use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput};
@@ -104,6 +100,12 @@ use echo_cache::{Cache, Cached, Codec, ID_LEN, Id, Postcard, Source, keyspace, n
 use echo_cache_testkit::RedisServer;
 use redis::aio::{ConnectionManager, MultiplexedConnection};
 use tokio::runtime::Runtime;
+
+// Not every bench uses every shared helper; an unused one would warn as dead.
+#[allow(dead_code)]
+mod support;
+
+use support::{benchmarking, cpus, load_average, median, poll_once, publish, verdict};
 
 /// Ids filled in L2 by node A, read by node B.
 const POOL: usize = 8_192;
@@ -186,13 +188,6 @@ struct Bench {
 
 /// A line: a name and its timed loop of `n` operations.
 type Line<'a> = (&'static str, Box<dyn Fn(u64) -> Duration + 'a>);
-
-/// Polls `future` once with a no-op waker.
-fn poll_once<F: Future>(future: F) -> Poll<F::Output> {
-    pin!(future)
-        .as_mut()
-        .poll(&mut Context::from_waker(Waker::noop()))
-}
 
 #[allow(clippy::cast_possible_truncation)]
 fn at(i: u64) -> usize {
@@ -546,11 +541,6 @@ struct Rounds {
     us: Vec<Vec<f64>>,
 }
 
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
-}
-
 impl Rounds {
     fn run(lines: &[Line<'_>]) -> Rounds {
         let mut us = vec![Vec::with_capacity(ROUNDS); lines.len()];
@@ -579,7 +569,7 @@ impl Rounds {
     }
 
     fn median(&self, name: &str) -> f64 {
-        median(self.line(name).to_vec())
+        median(self.line(name))
     }
 
     fn min(&self, name: &str) -> f64 {
@@ -592,27 +582,15 @@ impl Rounds {
     /// The median over rounds of `f`, given each line's time in one round:
     /// ratios and differences of lines measured close together.
     fn paired(&self, f: impl Fn(&dyn Fn(&str) -> f64) -> f64) -> f64 {
-        median(
-            (0..ROUNDS)
-                .map(|round| f(&|name: &str| self.line(name)[round]))
-                .collect(),
-        )
+        let per_round: Vec<f64> = (0..ROUNDS)
+            .map(|round| f(&|name: &str| self.line(name)[round]))
+            .collect();
+        median(&per_round)
     }
 }
 
-fn load() -> String {
-    std::fs::read_to_string("/proc/loadavg").map_or_else(
-        |_| "unknown".to_owned(),
-        |l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "),
-    )
-}
-
-fn verdict(met: bool) -> &'static str {
-    if met { "met" } else { "MISSED" }
-}
-
 fn summary(bench: &Bench) -> String {
-    let load_before = load();
+    let load_before = load_average();
     let lines: Vec<Line<'_>> = bench
         .lines()
         .into_iter()
@@ -621,7 +599,7 @@ fn summary(bench: &Bench) -> String {
     let rounds = Rounds::run(&lines);
 
     let mut out = String::new();
-    let cpus = std::thread::available_parallelism().map_or(0, std::num::NonZero::get);
+    let cpus = cpus();
     let _ = writeln!(
         out,
         "echo-cache L2 summary: {ROUNDS} interleaved rounds ({NET_BATCH} ops per round for lines \
@@ -709,7 +687,7 @@ fn summary(bench: &Bench) -> String {
         stats.l2_errors,
         stats.decode_errors
     );
-    let _ = writeln!(out, "load average after: {}", load());
+    let _ = writeln!(out, "load average after: {}", load_average());
     out
 }
 
@@ -750,18 +728,6 @@ fn breakdown(out: &mut String, rounds: &Rounds) {
     }
 }
 
-/// `target/` (or `$CARGO_TARGET_DIR`): the bench runs from
-/// `<target>/release/deps/`.
-fn target_dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os("CARGO_TARGET_DIR") {
-        return dir.into();
-    }
-    std::env::current_exe()
-        .ok()
-        .and_then(|exe| exe.ancestors().nth(3).map(PathBuf::from))
-        .unwrap_or_else(|| PathBuf::from("target"))
-}
-
 /// `ECHO_L2_BENCH_PROFILE=LINE[:OPS]`: runs one line (or component) for
 /// `OPS` operations (100,000 by default) and prints the time, instead of
 /// criterion and the summary; for a profiler (`perf record`) to see one line.
@@ -784,7 +750,7 @@ fn profile_one(bench: &Bench, spec: &str) {
     let per_op = elapsed.as_secs_f64() * 1e6 / ops as f64;
     println!(
         "{name}: {ops} ops in {elapsed:?}, {per_op:.4} µs per op; load {}",
-        load()
+        load_average()
     );
 }
 
@@ -807,19 +773,8 @@ fn main() {
 
     // The summary pass only when benchmarking (`cargo bench`), not when
     // `cargo test --benches` runs each line once, nor under `--profile-time`.
-    let args: Vec<String> = std::env::args().collect();
-    let benchmarking = args.iter().any(|a| a == "--bench")
-        && !args
-            .iter()
-            .any(|a| a == "--test" || a == "--list" || a.starts_with("--profile-time"));
-    if benchmarking {
-        let table = summary(&bench);
-        println!("\n{table}");
-        let path = target_dir().join("echo-l2-bench-summary.txt");
-        match std::fs::write(&path, &table) {
-            Ok(()) => println!("(written to {})", path.display()),
-            Err(e) => eprintln!("cannot write {}: {e}", path.display()),
-        }
+    if benchmarking() {
+        publish(&summary(&bench), "echo-l2-bench-summary.txt");
     }
 
     let near = bench.near.stats::<Profile>();
