@@ -444,15 +444,29 @@ impl<T> Rows<T> {
         tally.claimed = tally.rows;
         shard.array.store(new.tagged(), Release);
         if let Some(old) = old {
-            unsafe fn free_array<T>(tagged: *mut ()) {
-                // SAFETY: retired once, tagged by `Array::tagged`; its values
-                // moved to the new array.
-                unsafe { Array::<T>::from_tagged(tagged.cast()).map(|array| array.free()) };
-            }
-            // SAFETY: unpublished above.
-            unsafe { self.garbage.retire(old.tagged().cast(), free_array::<T>) };
+            self.retire_array(&old);
         }
         new
+    }
+
+    /// Drops the array of a shard left without rows.
+    fn empty(&self, shard: &Shard<T>, tally: &mut MutexGuard<'_, Tally>) {
+        if let Some(old) = shard.array(tally) {
+            shard.array.store(ptr::null_mut(), Release);
+            tally.claimed = 0;
+            self.retire_array(&old);
+        }
+    }
+
+    /// Frees an unpublished array (not the values it points to, which moved
+    /// or were retired) once no reader can hold it.
+    fn retire_array(&self, old: &Array<T>) {
+        unsafe fn free_array<T>(tagged: *mut ()) {
+            // SAFETY: retired once, tagged by `Array::tagged`.
+            unsafe { Array::<T>::from_tagged(tagged.cast()).map(|array| array.free()) };
+        }
+        // SAFETY: the caller unpublished it.
+        unsafe { self.garbage.retire(old.tagged().cast(), free_array::<T>) };
     }
 
     /// Removes the row of `key` if it is older than `version` (any row
@@ -498,8 +512,11 @@ impl<T> Rows<T> {
                     removed += 1;
                 }
             }
-            // More tombstones than rows: shrink, and shorten the probes.
-            if tally.claimed - tally.rows > tally.rows {
+            // No rows: free the slots. More tombstones than rows: shrink,
+            // and shorten the probes.
+            if tally.rows == 0 {
+                self.empty(shard, &mut tally);
+            } else if tally.claimed - tally.rows > tally.rows {
                 let rows = tally.rows;
                 self.rebuild(shard, &mut tally, rows);
             }
