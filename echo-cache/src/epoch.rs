@@ -97,6 +97,13 @@ impl Drop for Pin {
     }
 }
 
+/// The registry, locked.
+fn registry() -> std::sync::MutexGuard<'static, Registry> {
+    REGISTRY
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// Advances the epoch if every pinned reader has seen it; the epoch after.
 fn try_advance(registry: &Registry) -> u64 {
     let epoch = EPOCH.load(Ordering::Relaxed);
@@ -175,23 +182,27 @@ impl Garbage {
 
     /// Frees what no reader can hold any more; advances the epoch if it can.
     pub(crate) fn collect(&self) {
-        let freeable = {
+        {
             let mut lists = self.lock();
             if lists.pending.is_empty() && lists.sealed.is_empty() {
                 return;
             }
-            let registry = REGISTRY
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            // Stamped under the registry's lock, which every advance holds,
-            // so the stamp is the epoch at sealing, never an older one.
-            let stamp = EPOCH.load(Ordering::Relaxed);
             let pending = std::mem::take(&mut lists.pending);
             if !pending.is_empty() {
+                // Read under the registry's lock, which every advance holds:
+                // the stamp is the epoch at sealing, never an older one.
+                let stamp = {
+                    let _registry = registry();
+                    EPOCH.load(Ordering::Relaxed)
+                };
                 lists.sealed.push((stamp, pending));
             }
-            let epoch = try_advance(&registry);
-            drop(registry);
+        }
+        // Outside the list's lock: writers retiring meanwhile do not wait
+        // for the heavy fence.
+        let epoch = try_advance(&registry());
+        let freeable: Vec<_> = {
+            let mut lists = self.lock();
             let (freeable, kept) = std::mem::take(&mut lists.sealed)
                 .into_iter()
                 .partition(|(stamp, _)| stamp + 2 <= epoch);
@@ -235,7 +246,7 @@ impl Drop for Garbage {
 
 /// The per-thread lease of a reader cell.
 mod lease {
-    use super::{AtomicU64, CachePadded, Cell, REGISTRY, UNPINNED};
+    use super::{AtomicU64, CachePadded, Cell, UNPINNED};
 
     /// Leased: (index, cell). `None` before the first pin and after the
     /// lease is returned at thread exit.
@@ -254,11 +265,7 @@ mod lease {
         fn drop(&mut self) {
             RETURNED.with(|r| r.set(true));
             if let Some((index, _)) = LEASE.with(|l| l.replace(None)) {
-                REGISTRY
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .free
-                    .push(index);
+                super::registry().free.push(index);
             }
         }
     }
@@ -279,9 +286,7 @@ mod lease {
             return None;
         }
         super::barrier::detect();
-        let mut registry = REGISTRY
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut registry = super::registry();
         let leased = if let Some(index) = registry.free.pop() {
             (index, &**registry.cells[index])
         } else {
