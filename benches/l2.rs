@@ -98,7 +98,7 @@ use std::time::{Duration, Instant};
 use criterion::{Criterion, Throughput};
 use echo_cache::{Cache, Cached, Codec, ID_LEN, Id, Postcard, Source, keyspace, near_cache};
 use echo_cache_testkit::RedisServer;
-use redis::aio::{ConnectionManager, MultiplexedConnection};
+use redis::aio::{ConnectionLike, ConnectionManager, MultiplexedConnection};
 use tokio::runtime::Runtime;
 
 // Not every bench uses every shared helper; an unused one would warn as dead.
@@ -315,7 +315,12 @@ impl Bench {
     }
 
     fn raw_get(&self, n: u64) -> Duration {
-        let (mut conn, keys) = (self.manager.clone(), Arc::clone(&self.keys));
+        self.gets(self.manager.clone(), n)
+    }
+
+    /// `n` plain GETs of the pool's frames on `conn`.
+    fn gets<C: ConnectionLike + Send + 'static>(&self, mut conn: C, n: u64) -> Duration {
+        let keys = Arc::clone(&self.keys);
         self.run(async move {
             let start = Instant::now();
             for i in 0..n {
@@ -331,19 +336,7 @@ impl Bench {
     }
 
     fn raw_get_multiplexed(&self, n: u64) -> Duration {
-        let (mut conn, keys) = (self.multiplexed.clone(), Arc::clone(&self.keys));
-        self.run(async move {
-            let start = Instant::now();
-            for i in 0..n {
-                let frame: Option<Vec<u8>> = redis::cmd("GET")
-                    .arg(&keys[at(i)])
-                    .query_async(&mut conn)
-                    .await
-                    .expect("GET answers");
-                black_box(frame.expect("the frame is there"));
-            }
-            start.elapsed()
-        })
+        self.gets(self.multiplexed.clone(), n)
     }
 
     /// The raw GET as `Server::run` sends it: a fresh `Cmd` with the key's
