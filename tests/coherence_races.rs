@@ -42,6 +42,23 @@ struct Durable {
     revision: u64,
 }
 
+/// A `none` table over L2: TTL only across nodes, but its L2 obeys
+/// invalidations like every other table's.
+#[near_cache(kind = "PLN", ttl_ms = 600_000, coherence = "none", name = "plain")]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+struct Plain {
+    revision: u64,
+}
+
+impl Entity for Plain {
+    fn at(revision: u64) -> Plain {
+        Plain { revision }
+    }
+    fn revision(&self) -> u64 {
+        self.revision
+    }
+}
+
 impl Entity for Durable {
     fn at(revision: u64) -> Durable {
         Durable { revision }
@@ -292,7 +309,8 @@ fn gated_node(server: &RedisServer, sor: &Sor) -> (Cache, mpsc::UnboundedReceive
     let cache = builder(server)
         .loader(gated::<Tracked>(sor.clone(), entered.clone()))
         .loader(gated::<Broadcast>(sor.clone(), entered.clone()))
-        .loader(gated::<Durable>(sor.clone(), entered))
+        .loader(gated::<Durable>(sor.clone(), entered.clone()))
+        .loader(gated::<Plain>(sor.clone(), entered))
         .build()
         .expect("cache builds");
     (cache, receiver)
@@ -408,6 +426,63 @@ async fn a_fill_racing_an_invalidation_installs_nowhere_broadcast() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fill_racing_an_invalidation_installs_nowhere_durable() {
     fill_versus_invalidate::<Durable>().await;
+}
+
+/// Rounds of the `none` table's race.
+const PLAIN_ROUNDS: usize = 300;
+
+/// `none` over L2: a fill that read the system of record before a write is
+/// held until the write's `invalidate` returned (on the filling node, or on
+/// another one), then released. Its stale value must not land in L2: the
+/// next fetch on the writing node, and on a node that never held the id,
+/// return the new revision. (The filling node's own L1 is kept from it
+/// only when the invalidation ran there: `none` carries nothing between
+/// nodes but L2.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fill_racing_an_invalidation_never_lands_in_l2_none() {
+    let server = RedisServer::start();
+    let sor = Sor::default();
+    let (filler, mut entered) = gated_node(&server, &sor);
+    let (other, _other_entered) = gated_node(&server, &sor);
+    let (fresh, _fresh_entered) = gated_node(&server, &sor);
+    let mut raw = server.connection().await;
+
+    for round in 0..PLAIN_ROUNDS {
+        let writer = if round % 2 == 0 { &filler } else { &other };
+        let id = Id::<Plain>::mint();
+        let fetch = tokio::spawn({
+            let filler = filler.clone();
+            async move { filler.fetch(id).await }
+        });
+        let (_, read, release) = bounded("the loader is called", entered.recv())
+            .await
+            .expect("the loader is called");
+        assert_eq!(read, 0, "round {round}");
+        assert_eq!(sor.bump(id.raw()), 1);
+        let version = writer.invalidate(id).await.expect("invalidate");
+        release.send(()).expect("the loader waits");
+        let answered = bounded("the fill answers", fetch).await.unwrap().unwrap();
+        assert_eq!(answered.revision, 0, "round {round}: the fill's own answer");
+
+        match l2_row(&mut raw, id).await {
+            Row::Tombstone(v) => assert_eq!(v, version, "round {round}: the tombstone"),
+            Row::Frame(v) => assert!(
+                v.is_newer_than(&version),
+                "round {round}: the stale fill landed in L2 ({v} is not newer than {version})"
+            ),
+            Row::Absent => panic!("round {round}: the invalidation left no tombstone"),
+        }
+        for (node, name) in [(writer, "the writing node"), (&fresh, "a fresh node")] {
+            let next = node.fetch(id).await.expect("fetch");
+            assert_eq!(
+                next.revision,
+                1,
+                "round {round}: {name} read {:?} revision {}",
+                next.source(),
+                next.revision
+            );
+        }
+    }
 }
 
 /// `tracking`: a node's own fills never evict its own rows. Node A fills

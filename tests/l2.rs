@@ -62,12 +62,7 @@ async fn a_second_node_reads_what_the_first_filled_from_l2() {
     let shared = b.fetch(id).await.unwrap();
     assert_eq!(shared.source(), Source::L2);
     assert_eq!(*shared, *filled);
-    assert_eq!(shared.version(), filled.version());
-    assert_eq!(
-        shared.version(),
-        id.raw(),
-        "coherence none: the version is the id"
-    );
+    assert_eq!(shared.version(), filled.version(), "the fill's version");
     assert_eq!((a_calls.load(SeqCst), b_calls.load(SeqCst)), (1, 0));
     assert_eq!(b.stats::<Game>().l2_hits, 1);
     assert_eq!(b.fetch(id).await.unwrap().source(), Source::Hit);
@@ -78,13 +73,14 @@ async fn the_frame_is_a_version_then_the_payload_with_a_jittered_pttl() {
     let server = RedisServer::start();
     let (cache, _) = node(&server);
     let id = Id::<Game>::mint();
-    cache.fetch(id).await.unwrap();
+    let filled = cache.fetch(id).await.unwrap();
 
     let mut raw = server.connection().await;
     let frame: Vec<u8> = raw.get(key(id)).await.unwrap();
     let version =
         RawId::parse(&frame[..echo_cache::ID_LEN]).expect("a well-formed 14-byte version");
-    assert_eq!(version, id.raw());
+    assert_eq!(version, filled.version(), "minted by the fill");
+    assert!(version.is_newer_than(&id.raw()));
     let pttl: i64 = raw.pttl(key(id)).await.unwrap();
     // ttl 60 s ± 10 %, less what elapsed since the write.
     assert!(
@@ -103,15 +99,30 @@ async fn refills_over(corrupt: impl FnOnce(Vec<u8>) -> Vec<u8>) {
     let mut raw = server.connection().await;
     let frame: Vec<u8> = raw.get(key(id)).await.unwrap();
     let _: () = raw.set(key(id), corrupt(frame.clone())).await.unwrap();
+    refills(&server, id, &frame).await;
+}
 
-    let (reader, calls) = node(&server);
+/// A fresh node's fetch of `id` refills from the loader, counts a decode
+/// error, and writes back a good frame: `frame`'s body, at the refill's
+/// version.
+async fn refills(server: &RedisServer, id: Id<Game>, frame: &[u8]) {
+    let (reader, calls) = node(server);
     let fetched = reader.fetch(id).await.unwrap();
     assert_eq!(fetched.source(), Source::Fill);
     assert_eq!(*fetched, game_of(id));
     assert_eq!(calls.load(SeqCst), 1);
     assert_eq!(reader.stats::<Game>().decode_errors, 1);
+    let mut raw = server.connection().await;
     let rewritten: Vec<u8> = raw.get(key(id)).await.unwrap();
-    assert_eq!(rewritten, frame, "the refill wrote a good frame back");
+    let (version, body) = rewritten.split_at(echo_cache::ID_LEN);
+    assert_eq!(
+        (version, body),
+        (
+            &fetched.version().to_bytes()[..],
+            &frame[echo_cache::ID_LEN..]
+        ),
+        "the refill wrote a good frame back"
+    );
 }
 
 #[tokio::test]
@@ -143,6 +154,20 @@ async fn a_frame_of_another_schema_is_refilled() {
 }
 
 #[tokio::test]
+async fn a_key_of_another_type_is_refilled_over() {
+    let server = RedisServer::start();
+    let (writer, _) = node(&server);
+    let id = Id::<Game>::mint();
+    writer.fetch(id).await.unwrap();
+    let mut raw = server.connection().await;
+    let frame: Vec<u8> = raw.get(key(id)).await.unwrap();
+    // Someone else's list at the key.
+    let _: () = raw.del(key(id)).await.unwrap();
+    let _: () = raw.rpush(key(id), "not a frame").await.unwrap();
+    refills(&server, id, &frame).await;
+}
+
+#[tokio::test]
 async fn a_value_over_max_value_bytes_is_kept_in_l1_only() {
     let server = RedisServer::start();
     let (cache, calls) = node_with(&server, |b| b.max_value_bytes(16));
@@ -157,7 +182,7 @@ async fn a_value_over_max_value_bytes_is_kept_in_l1_only() {
 }
 
 #[tokio::test]
-async fn put_writes_through_and_invalidate_deletes_both_layers() {
+async fn put_writes_through_and_invalidate_drops_both_layers() {
     let server = RedisServer::start();
     let (a, _) = node(&server);
     let (b, b_calls) = node(&server);
@@ -175,10 +200,14 @@ async fn put_writes_through_and_invalidate_deletes_both_layers() {
         (Source::L2, &written, version)
     );
 
-    a.invalidate(id).await.unwrap();
+    let invalidated = a.invalidate(id).await.unwrap();
     let mut raw = server.connection().await;
-    let exists: bool = raw.exists(key(id)).await.unwrap();
-    assert!(!exists, "invalidate deleted the frame");
+    let tombstone: Vec<u8> = raw.get(key(id)).await.unwrap();
+    assert_eq!(
+        tombstone,
+        invalidated.to_bytes(),
+        "invalidate left the tombstone of its version in place of the frame"
+    );
     let c = node(&server).0;
     assert_eq!(c.fetch(id).await.unwrap().source(), Source::Fill);
     assert_eq!(b_calls.load(SeqCst), 0);

@@ -61,6 +61,11 @@ pub(crate) const KEYS: &[Key] = &[
         meaning: "how long the loader's \"not found\" is remembered, in milliseconds",
     },
     Key {
+        name: "load_timeout_ms",
+        example: "30_000",
+        meaning: "how long a flight may take before its waiters get `LoadTimeout`, in milliseconds",
+    },
+    Key {
         name: "name",
         example: "\"games\"",
         meaning: "the table's name",
@@ -122,6 +127,7 @@ pub(crate) struct Args {
     pub(crate) max_size: Value,
     pub(crate) sweep_ms: Value,
     pub(crate) absent_ttl_ms: Value,
+    pub(crate) load_timeout_ms: Value,
     pub(crate) name: Value,
     pub(crate) krate: Value,
     /// Whether the whole list could be read. After a syntax error the keys
@@ -145,6 +151,7 @@ impl Args {
             "max_size" => &mut self.max_size,
             "sweep_ms" => &mut self.sweep_ms,
             "absent_ttl_ms" => &mut self.absent_ttl_ms,
+            "load_timeout_ms" => &mut self.load_timeout_ms,
             "name" => &mut self.name,
             "crate" => &mut self.krate,
             _ => return None,
@@ -163,6 +170,7 @@ pub(crate) fn parse(tokens: TokenStream) -> Args {
         max_size: Value::Absent,
         sweep_ms: Value::Absent,
         absent_ttl_ms: Value::Absent,
+        load_timeout_ms: Value::Absent,
         name: Value::Absent,
         krate: Value::Absent,
         complete: true,
@@ -240,6 +248,16 @@ fn set(
     Ok(())
 }
 
+/// `value` out of the invisible groups around it: a `macro_rules!`
+/// fragment (`$kind:literal`, `$ttl:expr`) reaches the attribute wrapped in
+/// one.
+fn ungrouped(value: Expr) -> Expr {
+    match value {
+        Expr::Group(group) => ungrouped(*group.expr),
+        value => value,
+    }
+}
+
 fn unknown(path: &syn::Path, name: &str, names: &[&str], guess: Option<&str>) -> syn::Error {
     let guess = match guess {
         Some(guess) => format!(": did you mean `{guess}`?"),
@@ -256,6 +274,7 @@ fn unknown(path: &syn::Path, name: &str, names: &[&str], guess: Option<&str>) ->
 }
 
 fn literal(name: &str, value: Expr) -> syn::Result<Lit> {
+    let value = ungrouped(value);
     if let Expr::Lit(ExprLit { lit, .. }) = value {
         return Ok(lit);
     }

@@ -24,6 +24,7 @@ pub(crate) fn expand(decl: &Decl, input: &DeriveInput) -> TokenStream {
     }));
     let sweep_ms = option(decl.sweep_ms.map(|s| quote!(#s)));
     let absent_ttl_ms = option(decl.absent_ttl_ms.map(|a| quote!(#a)));
+    let load_timeout_ms = option(decl.load_timeout_ms.map(|l| quote!(#l)));
     let fingerprint = fingerprint(input);
     let import = import_private(&decl.krate);
     let fetch = fetch(input);
@@ -51,6 +52,7 @@ pub(crate) fn expand(decl: &Decl, input: &DeriveInput) -> TokenStream {
                         max_size: #max_size,
                         sweep_ms: #sweep_ms,
                         absent_ttl_ms: #absent_ttl_ms,
+                        load_timeout_ms: #load_timeout_ms,
                         coherence: __echo_private::Coherence::#coherence,
                         fingerprint: #fingerprint,
                     }

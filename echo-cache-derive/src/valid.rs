@@ -31,6 +31,7 @@ pub(crate) struct Decl {
     pub(crate) max_size: Option<u64>,
     pub(crate) sweep_ms: Option<u64>,
     pub(crate) absent_ttl_ms: Option<u64>,
+    pub(crate) load_timeout_ms: Option<u64>,
     pub(crate) name: String,
     pub(crate) krate: syn::Path,
 }
@@ -91,6 +92,8 @@ pub(crate) fn validate(mut args: Args, input: &DeriveInput) -> Result<Decl, Inva
         (args.sweep_ms.lit()).and_then(|(at, lit)| errors.check(at, positive(lit, "sweep_ms")));
     let absent_ttl_ms = (args.absent_ttl_ms.lit())
         .and_then(|(at, lit)| errors.check(at, integer(lit, "absent_ttl_ms")));
+    let load_timeout_ms = (args.load_timeout_ms.lit())
+        .and_then(|(at, lit)| errors.check(at, positive(lit, "load_timeout_ms")));
     let name = match args.name.lit() {
         Some((at, lit)) => errors.check(at, table_name(lit)),
         None => errors.check(At::Item, derived_name(input)),
@@ -113,6 +116,7 @@ pub(crate) fn validate(mut args: Args, input: &DeriveInput) -> Result<Decl, Inva
                 max_size,
                 sweep_ms,
                 absent_ttl_ms,
+                load_timeout_ms,
                 name,
                 krate,
             })

@@ -4,6 +4,7 @@
 use std::any::{Any, TypeId};
 use std::collections::HashMap;
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::ptr::NonNull;
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex, Weak};
@@ -19,15 +20,17 @@ use crate::directory::{self, DECLARATIONS, Declaration};
 use crate::error::{BoxError, Error};
 use crate::fetch::Fetch;
 use crate::id::{Id, RawId};
+use crate::l1;
 use crate::l2::{self, Codec};
 use crate::mint::Minter;
 use crate::roster::TableInfo;
-use crate::spec::{Cached, Coherence};
+use crate::spec::{Cached, Coherence, TableSpec};
 use crate::stats::Stats;
 use crate::table::{AnyTable, Loader, Shared, Table};
 
-/// How often the maintenance thread ticks the clock.
-const TICK: Duration = Duration::from_millis(1);
+/// The coarsest the clock's tick gets: a row outlives its expiry by at most
+/// this (or by 1% of the shortest declared TTL, if less).
+const MAX_TICK: Duration = Duration::from_millis(100);
 
 /// A near-cache: one table for every type declared with `#[near_cache]`.
 ///
@@ -257,6 +260,7 @@ pub struct Builder {
     codecs: HashMap<TypeId, Box<dyn Any + Send>>,
     clock: Clock,
     fetch_timeout: Option<Duration>,
+    load_timeout: Duration,
     runtime: Option<Handle>,
     l2_url: Option<String>,
     /// Root certificates (PEM) a `rediss://` L2 trusts instead of the
@@ -277,6 +281,7 @@ impl Default for Builder {
             codecs: HashMap::new(),
             clock: Clock::system(),
             fetch_timeout: Some(Builder::DEFAULT_FETCH_TIMEOUT),
+            load_timeout: Builder::DEFAULT_LOAD_TIMEOUT,
             runtime: None,
             l2_url: None,
             l2_tls_root: None,
@@ -293,6 +298,9 @@ impl Default for Builder {
 impl Builder {
     /// How long a fetch waits for its flight unless told otherwise.
     pub const DEFAULT_FETCH_TIMEOUT: Duration = Duration::from_secs(10);
+    /// The deadline of a flight unless told otherwise (here or by the
+    /// table's `load_timeout_ms`).
+    pub const DEFAULT_LOAD_TIMEOUT: Duration = Duration::from_secs(30);
     /// How long one L2 operation may take before the fetch goes on without
     /// it, unless told otherwise.
     pub const DEFAULT_L2_TIMEOUT: Duration = Duration::from_millis(50);
@@ -450,6 +458,36 @@ impl Builder {
         self
     }
 
+    /// The deadline of every flight, for tables that do not declare their
+    /// own `load_timeout_ms`
+    /// ([`DEFAULT_LOAD_TIMEOUT`](Self::DEFAULT_LOAD_TIMEOUT) unless set).
+    ///
+    /// A flight (the L2 read, the loader, the L2 write) that has not
+    /// answered by then is abandoned: every waiter gets
+    /// [`Error::LoadTimeout`], the flight leaves the registry (the next
+    /// fetch of the id starts afresh), its loader future is dropped, and a
+    /// late result installs nowhere. So a loader that hangs (a database
+    /// call without a timeout) costs each herd of its id at most this, and
+    /// never blocks the id for good. Keep it above the
+    /// [`fetch_timeout`](Self::fetch_timeout) if callers should see their
+    /// own timeout first, and below half the
+    /// [`tombstone_ttl`](Self::tombstone_ttl).
+    ///
+    /// ```standalone_crate
+    /// use std::time::Duration;
+    /// use echo_cache::Cache;
+    ///
+    /// let cache = Cache::builder()
+    ///     .load_timeout(Duration::from_secs(5))
+    ///     .build()?;
+    /// # Ok::<(), echo_cache::Error>(())
+    /// ```
+    #[must_use]
+    pub fn load_timeout(mut self, deadline: Duration) -> Builder {
+        self.load_timeout = deadline;
+        self
+    }
+
     /// The runtime flights run on when a fetch comes from outside any Tokio
     /// runtime. By default, the runtime `build` is called in, if any.
     #[must_use]
@@ -496,6 +534,7 @@ impl Builder {
             l2: l2.map(Arc::new),
             max_value_bytes: self.max_value_bytes,
             tombstone_ttl: self.tombstone_ttl,
+            load_timeout: self.load_timeout,
             codecs: Mutex::new(self.codecs),
         };
         let tables: Arc<[Slot]> = DECLARATIONS
@@ -544,26 +583,60 @@ impl Builder {
     }
 }
 
-/// Ticks the clock every millisecond, sweeps each table every `sweep_ms` and
-/// frees what L1's writers removed, until the cache is dropped.
+/// Ticks the clock, sweeps each table every `sweep_ms` and frees what L1's
+/// writers removed, until the cache is dropped.
+///
+/// The thread sleeps until its next duty: the clock's tick is 1% of the
+/// shortest TTL declared (absence TTLs included), between 1 ms and
+/// [`MAX_TICK`], so an idle cache of 10-minute rows wakes ten times a second,
+/// not a thousand. A manual clock needs no tick at all. User code reached
+/// from here (a value's `Drop`) cannot stop the thread: a panic is caught,
+/// reported, and the next duty runs.
 fn spawn_maintenance(cache: Weak<Inner>, stopped: mpsc::Receiver<()>) -> Result<(), Error> {
+    let manual = cache.upgrade().is_some_and(|cache| cache.clock.is_manual());
+    // A manual clock is not ticked: the thread still wakes to free garbage.
+    let tick = if manual {
+        MAX_TICK
+    } else {
+        tick_of(DECLARATIONS.iter().map(|decl| &decl.spec))
+    };
     let start = Instant::now();
     let mut next_sweeps: Vec<Instant> = DECLARATIONS
         .iter()
         .map(|decl| start + Duration::from_millis(decl.spec.sweep_ms))
         .collect();
     let run = move || {
-        while let Err(RecvTimeoutError::Timeout) = stopped.recv_timeout(TICK) {
+        let mut next_tick = start;
+        loop {
+            let next_sweep = next_sweeps.iter().min().copied();
+            let wake = next_sweep.map_or(next_tick, |sweep| sweep.min(next_tick));
+            let sleep = wake.saturating_duration_since(Instant::now());
+            if let Err(RecvTimeoutError::Disconnected) | Ok(()) = stopped.recv_timeout(sleep) {
+                return;
+            }
             let Some(cache) = cache.upgrade() else { return };
-            cache.clock.tick();
             let now = Instant::now();
+            if now >= next_tick {
+                cache.clock.tick();
+                next_tick = now + tick;
+            }
             let tables = cache.tables.iter().zip(DECLARATIONS.iter());
             for ((slot, decl), next) in tables.zip(&mut next_sweeps) {
+                let duty = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                    if now >= *next {
+                        slot.erased.sweep();
+                    } else {
+                        slot.erased.collect();
+                    }
+                }));
                 if now >= *next {
-                    slot.erased.sweep();
                     *next = now + Duration::from_millis(decl.spec.sweep_ms);
-                } else {
-                    slot.erased.collect();
+                }
+                if duty.is_err() {
+                    tracing::error!(
+                        table = decl.spec.name,
+                        "the maintenance of a table panicked; it goes on"
+                    );
                 }
             }
         }
@@ -573,6 +646,20 @@ fn spawn_maintenance(cache: Weak<Inner>, stopped: mpsc::Receiver<()>) -> Result<
         .spawn(run)
         .map(drop)
         .map_err(|e| Error::Config(format!("cannot start the maintenance thread: {e}")))
+}
+
+/// The clock's tick: 1% of the shortest lifetime a row may be drawn, within
+/// 1 ms..=[`MAX_TICK`].
+fn tick_of<'a>(specs: impl Iterator<Item = &'a TableSpec>) -> Duration {
+    let shortest = specs
+        .flat_map(|spec| {
+            [spec.ttl_ms, spec.absent_ttl_ms].map(|ttl| l1::shortest_lifetime(ttl, spec.jitter))
+        })
+        .filter(|&ms| ms > 0)
+        .min();
+    shortest.map_or(MAX_TICK, |ms| {
+        Duration::from_millis(ms / 100).clamp(Duration::from_millis(1), MAX_TICK)
+    })
 }
 
 fn valid_node_name(name: &str) -> bool {

@@ -47,6 +47,7 @@ pub struct SpecParts {
     pub max_size: Option<usize>,
     pub sweep_ms: Option<u64>,
     pub absent_ttl_ms: Option<u64>,
+    pub load_timeout_ms: Option<u64>,
     pub coherence: Coherence,
     pub fingerprint: u64,
 }
@@ -76,6 +77,7 @@ impl SpecParts {
                 Some(absent_ttl_ms) => absent_ttl_ms,
                 None => TableSpec::DEFAULT_ABSENT_TTL_MS,
             },
+            load_timeout_ms: self.load_timeout_ms,
             coherence: self.coherence,
             fingerprint: self.fingerprint,
         }

@@ -120,6 +120,11 @@ fn try_advance(registry: &Registry) -> u64 {
     if behind {
         return epoch;
     }
+    // Acquire, pairing with each reader's release store of `UNPINNED` that
+    // the relaxed scan above read: the reads a reader made while pinned
+    // happen before everything this reclaimer does next, the frees
+    // included (crossbeam-epoch fences the same way).
+    fence(Ordering::Acquire);
     // Release: what the reclaimer saw comes before readers pinning at the
     // new epoch.
     EPOCH.store(epoch + 1, Ordering::Release);
@@ -222,10 +227,16 @@ impl Garbage {
     }
 }
 
+/// Frees a batch. A value's `Drop` is user code: one that panics is
+/// reported and the rest of the batch is still freed, so the thread that
+/// collects (a writer, the maintenance thread) goes on.
 fn free(batch: Vec<Retired>) {
     for retired in batch {
         // SAFETY: retired once with its own `free`, and no reader holds it.
-        unsafe { (retired.free)(retired.ptr) };
+        let freed = std::panic::catch_unwind(|| unsafe { (retired.free)(retired.ptr) });
+        if freed.is_err() {
+            tracing::error!("a cached value's Drop panicked while L1 freed it");
+        }
     }
 }
 

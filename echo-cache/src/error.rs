@@ -44,6 +44,17 @@ pub enum Error {
         /// How long the fetch waited.
         after: Duration,
     },
+    /// The flight did not answer within its deadline (the table's
+    /// `load_timeout_ms`, else [`Builder::load_timeout`](crate::Builder::load_timeout)):
+    /// the loader (or L2) hung. Every waiter of the flight gets this; the
+    /// flight is abandoned, its late result installs nowhere, and the next
+    /// fetch of the id starts a fresh flight.
+    LoadTimeout {
+        /// The table whose flight timed out.
+        table: &'static str,
+        /// The deadline it missed.
+        after: Duration,
+    },
     /// The table has no loader and neither L1 nor L2 had the value.
     NoLoader {
         /// The table asked.
@@ -85,6 +96,9 @@ impl fmt::Display for Error {
             }
             Error::Timeout { table, after } => {
                 write!(f, "{table}: no answer within {after:?}")
+            }
+            Error::LoadTimeout { table, after } => {
+                write!(f, "{table}: the fill did not finish within {after:?}")
             }
             Error::NoLoader { table } => {
                 write!(f, "{table}: a miss needs a loader and the table has none")

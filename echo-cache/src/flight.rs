@@ -1,15 +1,20 @@
-//! The flight registry: one fill per key at a time, and the gate that keeps
-//! a fill from installing a value an invalidation has overtaken.
+//! The flight registry: at most one joinable flight per key, and the gate
+//! that keeps a fill from installing a value a write has overtaken.
 //!
-//! Each flight gets a fresh token when it starts. An invalidation (or a put)
-//! of the key marks *that* flight stale; when the flight lands it installs
-//! its value only if it is not stale. Landing, invalidating and putting all
-//! hold the key's shard lock while they look at the mark and touch L1, so
-//! there is no moment between "not stale" and "installed" for an
-//! invalidation to slip into. A shared per-key marker would not do: a marker
-//! set for one flight could be cleared, or seen, by the next one (ABA).
+//! Each flight gets a fresh token when it starts and stays in the registry,
+//! where misses of its key join it, until it lands. An invalidation, a put
+//! or a flush *detaches* the key's flight: it leaves the registry, so the
+//! next miss starts a fresh flight instead of joining one that may have
+//! read before the write; the detached flight still answers the waiters it
+//! has, but installs nothing. A flight lands (installs, under the shard
+//! lock) only if it is still the registered flight of its key, so there is
+//! no moment between "still current" and "installed" for a write to slip
+//! into. A shared per-key marker would not do: a marker set for one flight
+//! could be cleared, or seen, by the next one (ABA).
 //!
-//! Hits never take these locks; only misses, landings and writes do.
+//! Hits never take these locks; only misses, landings and writes do. The
+//! closures these methods run under a lock are the table's own L1 work: no
+//! user code (loader, codec, a value's `Drop`) runs in them.
 
 use std::collections::HashMap;
 
@@ -21,19 +26,20 @@ type Shard<W> = HashMap<u64, Slot<W>, foldhash::fast::FixedState>;
 
 struct Slot<W> {
     token: u64,
-    stale: bool,
     waiters: W,
 }
 
 /// How a miss joined the flight of its key.
-pub(crate) enum Joined<R> {
+pub(crate) enum Joined<H, R> {
+    /// L1 answered after all: a flight landed since the caller's miss.
+    Cached(H),
     /// It started the flight and must launch it with this token.
     Leader(u64, R),
     /// A flight was already under way.
     Follower(R),
 }
 
-/// Flights under way, by key. `W` is what their waiters wait on.
+/// Flights under way, by key. `W` is what new waiters subscribe to.
 pub(crate) struct Flights<W> {
     shards: Box<[Mutex<Shard<W>>]>,
     tokens: AtomicU64,
@@ -56,60 +62,56 @@ impl<W> Flights<W> {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Joins the flight of `key`, or starts one.
+    /// Answers from L1 if `cached` finds the row now (under the lock every
+    /// landing takes, so a flight that landed since the caller's miss is
+    /// seen), else joins the flight of `key`, or starts one.
     ///
     /// `subscribe` makes a waiter of an existing flight; `start` makes the
-    /// waiters of a new one and its first waiter.
-    pub(crate) fn join<R>(
+    /// subscription point of a new one and its first waiter.
+    pub(crate) fn join<H, R>(
         &self,
         key: u64,
+        cached: impl FnOnce() -> Option<H>,
         subscribe: impl FnOnce(&W) -> R,
         start: impl FnOnce() -> (W, R),
-    ) -> Joined<R> {
+    ) -> Joined<H, R> {
         let mut shard = self.shard(key);
         if let Some(slot) = shard.get(&key) {
             return Joined::Follower(subscribe(&slot.waiters));
         }
+        if let Some(hit) = cached() {
+            return Joined::Cached(hit);
+        }
         let token = self.tokens.fetch_add(1, Ordering::Relaxed);
         let (waiters, first) = start();
-        shard.insert(
-            key,
-            Slot {
-                token,
-                stale: false,
-                waiters,
-            },
-        );
+        shard.insert(key, Slot { token, waiters });
         Joined::Leader(token, first)
     }
 
-    /// Ends the flight `token` of `key` and returns its waiters. Runs
-    /// `install` first, under the lock, unless an invalidation or a put of
-    /// `key` came after the flight started.
-    pub(crate) fn land(&self, key: u64, token: u64, install: impl FnOnce()) -> Option<W> {
+    /// Ends the flight `token` of `key`. If it is still the key's flight
+    /// (no write detached it), removes it and runs `install` under the
+    /// lock; returns whether it did.
+    pub(crate) fn land(&self, key: u64, token: u64, install: impl FnOnce()) -> bool {
         let mut shard = self.shard(key);
-        if shard.get(&key).is_none_or(|slot| slot.token != token) {
-            return None;
-        }
-        let slot = shard.remove(&key).expect("checked above");
-        if !slot.stale {
+        let current = shard.get(&key).is_some_and(|slot| slot.token == token);
+        if current {
+            shard.remove(&key);
             install();
         }
-        Some(slot.waiters)
+        current
     }
 
-    /// Marks the flight of `key`, if one is under way, so it will not
-    /// install, and runs `write` (an eviction or a put) under the same lock.
+    /// Detaches the flight of `key`, if one is under way (it will not
+    /// install, and new misses start afresh), and runs `write` (an eviction
+    /// or a put) under the same lock.
     pub(crate) fn overtake<R>(&self, key: u64, write: impl FnOnce() -> R) -> R {
         let mut shard = self.shard(key);
-        if let Some(slot) = shard.get_mut(&key) {
-            slot.stale = true;
-        }
+        shard.remove(&key);
         write()
     }
 
-    /// Marks every flight under way so none will install, and runs `write`
-    /// (a flush) while every shard is held.
+    /// Detaches every flight under way, and runs `write` (a flush) while
+    /// every shard is held.
     pub(crate) fn overtake_all<R>(&self, write: impl FnOnce() -> R) -> R {
         let mut shards: Vec<_> = (0..SHARDS)
             .map(|i| {
@@ -119,21 +121,9 @@ impl<W> Flights<W> {
             })
             .collect();
         for shard in &mut shards {
-            shard.values_mut().for_each(|slot| slot.stale = true);
+            shard.clear();
         }
         write()
-    }
-
-    /// Flights under way.
-    pub(crate) fn len(&self) -> usize {
-        (0..SHARDS)
-            .map(|i| {
-                self.shards[i]
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .len()
-            })
-            .sum()
     }
 }
 
@@ -144,6 +134,22 @@ mod model {
     use loom::sync::Arc;
     use loom::sync::atomic::AtomicU64 as Db;
 
+    type L1 = Arc<loom::sync::Mutex<Option<u64>>>;
+
+    /// A fill of key 7: joins (or finds L1 filled), reads the database and
+    /// lands. What it read, if it led a flight.
+    fn fill(flights: &Flights<()>, db: &Db, l1: &L1) -> Option<u64> {
+        let cached = || *l1.lock().unwrap();
+        match flights.join(7, cached, |()| (), || ((), ())) {
+            Joined::Leader(token, ()) => {
+                let read = db.load(Ordering::SeqCst);
+                flights.land(7, token, || *l1.lock().unwrap() = Some(read));
+                Some(read)
+            }
+            Joined::Cached(_) | Joined::Follower(()) => None,
+        }
+    }
+
     /// Two fills and a write + invalidate of one key, in every interleaving:
     /// afterwards L1 holds nothing or the latest version, never one a fill
     /// read before the write.
@@ -152,20 +158,12 @@ mod model {
         loom::model(|| {
             let flights = Arc::new(Flights::<()>::new());
             let db = Arc::new(Db::new(1));
-            let l1 = Arc::new(loom::sync::Mutex::new(None::<u64>));
+            let l1: L1 = Arc::new(loom::sync::Mutex::new(None));
 
-            let fill = |flights: Arc<Flights<()>>, db: Arc<Db>, l1: Arc<loom::sync::Mutex<_>>| {
-                move || {
-                    if let Joined::Leader(token, ()) = flights.join(7, |()| (), || ((), ())) {
-                        let read = db.load(Ordering::SeqCst);
-                        flights.land(7, token, || *l1.lock().unwrap() = Some(read));
-                    }
-                }
-            };
-            let fills = [
-                loom::thread::spawn(fill(flights.clone(), db.clone(), l1.clone())),
-                loom::thread::spawn(fill(flights.clone(), db.clone(), l1.clone())),
-            ];
+            let fills = [(); 2].map(|()| {
+                let (flights, db, l1) = (flights.clone(), db.clone(), l1.clone());
+                loom::thread::spawn(move || drop(fill(&flights, &db, &l1)))
+            });
             db.store(2, Ordering::SeqCst);
             flights.overtake(7, || *l1.lock().unwrap() = None);
             for fill in fills {
@@ -176,6 +174,52 @@ mod model {
                 cached.is_none() || cached == Some(2),
                 "stale {cached:?} installed"
             );
+        });
+    }
+
+    /// A miss that comes after an invalidate returned never gets a value read
+    /// before it: it finds the new value in L1, leads a flight of its own,
+    /// or joins one that started after the invalidate (whose answer it
+    /// checks once that flight's leader is done).
+    #[test]
+    fn a_miss_after_an_invalidate_reads_after_it() {
+        loom::model(|| {
+            let flights = Arc::new(Flights::<Arc<Db>>::new());
+            let db = Arc::new(Db::new(1));
+            let l1: L1 = Arc::new(loom::sync::Mutex::new(None));
+            let no_answer = u64::MAX;
+
+            let early = {
+                let (flights, db, l1) = (flights.clone(), db.clone(), l1.clone());
+                loom::thread::spawn(move || {
+                    let answer = Arc::new(Db::new(no_answer));
+                    let start = || (Arc::clone(&answer), ());
+                    if let Joined::Leader(token, ()) = flights.join(7, || None::<()>, |_| (), start)
+                    {
+                        let read = db.load(Ordering::SeqCst);
+                        flights.land(7, token, || *l1.lock().unwrap() = Some(read));
+                        answer.store(read, Ordering::SeqCst);
+                    }
+                })
+            };
+            db.store(2, Ordering::SeqCst);
+            flights.overtake(7, || *l1.lock().unwrap() = None);
+            let cached = || *l1.lock().unwrap();
+            let start = || (Arc::new(Db::new(no_answer)), None);
+            match flights.join(7, cached, |answer| Some(Arc::clone(answer)), start) {
+                Joined::Cached(value) => assert_eq!(value, 2),
+                Joined::Leader(token, _) => {
+                    assert_eq!(db.load(Ordering::SeqCst), 2);
+                    flights.land(7, token, || ());
+                }
+                Joined::Follower(answer) => {
+                    early.join().unwrap();
+                    let answer = answer.expect("a follower's answer").load(Ordering::SeqCst);
+                    assert_eq!(answer, 2, "joined a flight that read before the write");
+                    return;
+                }
+            }
+            early.join().unwrap();
         });
     }
 }

@@ -66,14 +66,6 @@ pub(crate) struct Live<T> {
     pub(crate) version: u64,
 }
 
-/// Whether an insertion kept the row.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Kept {
-    Yes,
-    /// The table was full of live rows: the value was served, not kept.
-    Full,
-}
-
 // What a slot's value pointer holds besides an `Arc`'s (whose pointers are
 // never null, 1 or 2: they point past the `Arc`'s counts).
 
@@ -380,14 +372,10 @@ impl<T> Rows<T> {
     }
 
     /// Inserts or replaces the row of `key`, unless the table is full of
-    /// live rows. Call [`make_room`](Self::make_room) first.
-    pub(crate) fn insert(&self, key: u64, row: Row<T>) -> Kept {
-        let kept = self.insert_locking(key, row);
-        self.garbage.collect_if_due();
-        kept
-    }
-
-    fn insert_locking(&self, key: u64, row: Row<T>) -> Kept {
+    /// live rows: then the row comes back (the value was served, not kept).
+    /// Call [`make_room`](Self::make_room) first, and
+    /// [`collect_if_due`](Self::collect_if_due) after, outside any lock.
+    pub(crate) fn insert(&self, key: u64, row: Row<T>) -> Result<(), Row<T>> {
         let (shard, hash) = self.locate(key);
         let mut tally = shard.lock();
         let array = shard.array(&tally);
@@ -397,17 +385,17 @@ impl<T> Rows<T> {
                 let old = slot.value.load(Relaxed);
                 if old == tombstone() {
                     if !self.reserve() {
-                        return Kept::Full;
+                        return Err(row);
                     }
                     tally.rows += 1;
                 }
                 slot.write(into_raw(row.value), row.version, row.expires_at);
                 self.retire(old);
-                return Kept::Yes;
+                return Ok(());
             }
         }
         if !self.reserve() {
-            return Kept::Full;
+            return Err(row);
         }
         let capacity = array.as_ref().map_or(0, Array::capacity);
         // At most three quarters claimed, so probes stay short and end.
@@ -421,7 +409,7 @@ impl<T> Rows<T> {
         slot.claim(key, into_raw(row.value), row.version, row.expires_at);
         tally.claimed += 1;
         tally.rows += 1;
-        Kept::Yes
+        Ok(())
     }
 
     /// Moves the rows of `shard` to a new array with room for `rows` rows.
@@ -470,14 +458,9 @@ impl<T> Rows<T> {
     }
 
     /// Removes the row of `key` if it is older than `version` (any row
-    /// when `version` is `None`); whether it did.
+    /// when `version` is `None`); whether it did. Call
+    /// [`collect_if_due`](Self::collect_if_due) after, outside any lock.
     pub(crate) fn remove_older(&self, key: u64, version: Option<u64>) -> bool {
-        let removed = self.remove_older_locking(key, version);
-        self.garbage.collect_if_due();
-        removed
-    }
-
-    fn remove_older_locking(&self, key: u64, version: Option<u64>) -> bool {
         let (shard, hash) = self.locate(key);
         let mut tally = shard.lock();
         let Some(array) = shard.array(&tally) else {
@@ -522,7 +505,6 @@ impl<T> Rows<T> {
             }
         }
         self.size.fetch_sub(removed, Relaxed);
-        self.garbage.collect_if_due();
         removed
     }
 
@@ -533,14 +515,22 @@ impl<T> Rows<T> {
         swept
     }
 
-    /// Removes every row.
+    /// Removes every row. Call [`collect_if_due`](Self::collect_if_due)
+    /// after, outside any lock.
     pub(crate) fn clear(&self) {
         self.remove_where(|_| true);
     }
 
-    /// Frees what writers removed, once no reader can hold it.
+    /// Frees what writers removed, once no reader can hold it. Runs the
+    /// values' destructors: never call it under a lock.
     pub(crate) fn collect(&self) {
         self.garbage.collect();
+    }
+
+    /// [`collect`](Self::collect)s if writers retired enough since the
+    /// last collection. Never call it under a lock.
+    pub(crate) fn collect_if_due(&self) {
+        self.garbage.collect_if_due();
     }
 
     /// When the table is full, reclaims its dead rows (at most once every
@@ -595,6 +585,22 @@ impl<T> Drop for Rows<T> {
 /// When a row inserted at `now` with `ttl_ms` dies: uniform in
 /// `ttl ± ttl·jitter`, exactly `ttl` when the jitter is 0.
 pub(crate) fn expiry(now: u64, ttl_ms: u64, jitter: f64) -> u64 {
+    let spread = spread(ttl_ms, jitter);
+    let lifetime = if spread == 0 {
+        ttl_ms
+    } else {
+        fastrand::u64(ttl_ms - spread..=ttl_ms + spread)
+    };
+    now.saturating_add(lifetime)
+}
+
+/// The shortest lifetime [`expiry`] draws.
+pub(crate) fn shortest_lifetime(ttl_ms: u64, jitter: f64) -> u64 {
+    ttl_ms - spread(ttl_ms, jitter)
+}
+
+/// `ttl·jitter`, in whole milliseconds.
+fn spread(ttl_ms: u64, jitter: f64) -> u64 {
     // Jitter is at most 0.5 and TTLs fit f64's 53-bit mantissa in practice.
     #[allow(
         clippy::cast_possible_truncation,
@@ -602,12 +608,7 @@ pub(crate) fn expiry(now: u64, ttl_ms: u64, jitter: f64) -> u64 {
         clippy::cast_precision_loss
     )]
     let spread = (ttl_ms as f64 * jitter) as u64;
-    let lifetime = if spread == 0 {
-        ttl_ms
-    } else {
-        fastrand::u64(ttl_ms - spread..=ttl_ms + spread)
-    };
-    now.saturating_add(lifetime)
+    spread
 }
 
 #[cfg(test)]
@@ -625,6 +626,7 @@ mod tests {
             max_size: Some(max_size),
             sweep_ms: None,
             absent_ttl_ms: None,
+            load_timeout_ms: None,
             coherence: crate::Coherence::None,
             fingerprint: 0,
         }
@@ -657,13 +659,13 @@ mod tests {
     fn rows_are_found_replaced_and_removed_through_rebuilds() {
         let rows = rows(usize::MAX);
         for key in keys(20_000) {
-            assert_eq!(rows.insert(key, row(key, 1, 100)), Kept::Yes);
+            assert!(rows.insert(key, row(key, 1, 100)).is_ok());
         }
         assert_eq!(rows.len(), 20_000);
         for (i, key) in keys(20_000).enumerate() {
             assert_eq!(read(&rows, key, 0), Some((Some(key), 1)));
             if i % 2 == 0 {
-                rows.insert(key, row(key ^ 1, 2, 100));
+                assert!(rows.insert(key, row(key ^ 1, 2, 100)).is_ok());
             }
             if i % 3 == 0 {
                 // Only a row older than the version goes.
@@ -684,7 +686,7 @@ mod tests {
         }
         // Removed keys come back into their tombstones, or a rebuilt array.
         for key in keys(20_000).step_by(3) {
-            assert_eq!(rows.insert(key, row(7, 3, 100)), Kept::Yes);
+            assert!(rows.insert(key, row(7, 3, 100)).is_ok());
             assert_eq!(read(&rows, key, 0), Some((Some(7), 3)));
         }
         assert_eq!(rows.len(), 20_000);
@@ -695,7 +697,7 @@ mod tests {
     fn dead_rows_are_not_served_and_the_sweep_removes_them() {
         let rows = rows(usize::MAX);
         for key in 0..1_000 {
-            rows.insert(key, row(key, 1, 10 + key % 2));
+            assert!(rows.insert(key, row(key, 1, 10 + key % 2)).is_ok());
         }
         assert_eq!(read(&rows, 0, 9), Some((Some(0), 1)));
         assert_eq!(read(&rows, 0, 10), None, "dies at its expiry");
@@ -706,7 +708,7 @@ mod tests {
         assert_eq!(rows.sweep(11), 500);
         assert_eq!(rows.len(), 0);
         // An expiry past the stamp's 48 bits is "never".
-        rows.insert(5, row(5, 1, u64::MAX));
+        assert!(rows.insert(5, row(5, 1, u64::MAX)).is_ok());
         assert_eq!(read(&rows, 5, MAX_EXPIRY - 1), Some((Some(5), 1)));
     }
 
@@ -718,7 +720,7 @@ mod tests {
             version: 4,
             expires_at: 100,
         };
-        rows.insert(9, absent);
+        assert!(rows.insert(9, absent).is_ok());
         assert_eq!(read(&rows, 9, 0), Some((None, 4)));
         assert_eq!(rows.len(), 1);
         assert!(rows.remove_older(9, None));
@@ -729,19 +731,19 @@ mod tests {
     fn a_full_table_keeps_no_new_key_but_replaces_its_rows() {
         let rows = rows(10);
         for key in 0..10 {
-            assert_eq!(rows.insert(key, row(key, 1, 100)), Kept::Yes);
+            assert!(rows.insert(key, row(key, 1, 100)).is_ok());
         }
-        assert_eq!(rows.insert(10, row(10, 1, 100)), Kept::Full);
+        assert!(rows.insert(10, row(10, 1, 100)).is_err());
         assert_eq!(read(&rows, 10, 0), None);
-        assert_eq!(rows.insert(3, row(33, 2, 100)), Kept::Yes, "a replacement");
+        assert!(rows.insert(3, row(33, 2, 100)).is_ok(), "a replacement");
         assert_eq!(read(&rows, 3, 0), Some((Some(33), 2)));
         assert!(rows.remove_older(4, None));
-        assert_eq!(rows.insert(10, row(10, 1, 100)), Kept::Yes);
-        assert_eq!(rows.insert(4, row(4, 1, 100)), Kept::Full, "a tombstone");
+        assert!(rows.insert(10, row(10, 1, 100)).is_ok());
+        assert!(rows.insert(4, row(4, 1, 100)).is_err(), "a tombstone");
         rows.clear();
         assert_eq!(rows.len(), 0);
         assert!((0..=10).all(|key| read(&rows, key, 0).is_none()));
-        assert_eq!(rows.insert(4, row(4, 1, 100)), Kept::Yes);
+        assert!(rows.insert(4, row(4, 1, 100)).is_ok());
     }
 
     #[test]
@@ -749,24 +751,16 @@ mod tests {
         let rows = rows(usize::MAX);
         let value = Arc::new(1);
         let replaced = Arc::new(2);
-        rows.insert(
-            1,
-            Row {
-                value: Some(Arc::clone(&value)),
+        for (key, value) in [(1, &value), (2, &replaced)] {
+            let row = Row {
+                value: Some(Arc::clone(value)),
                 version: 1,
                 expires_at: 100,
-            },
-        );
-        rows.insert(
-            2,
-            Row {
-                value: Some(Arc::clone(&replaced)),
-                version: 1,
-                expires_at: 100,
-            },
-        );
+            };
+            assert!(rows.insert(key, row).is_ok());
+        }
         rows.remove_older(1, None);
-        rows.insert(2, row(3, 2, 100));
+        assert!(rows.insert(2, row(3, 2, 100)).is_ok());
         // Other tests' readers pin and unpin meanwhile; the epoch gets there.
         for _ in 0..10_000 {
             if Arc::strong_count(&value) == 1 && Arc::strong_count(&replaced) == 1 {
@@ -814,6 +808,7 @@ mod tests {
                                 },
                             )),
                         }
+                        rows.collect_if_due();
                     }
                     finished.fetch_add(1, Relaxed);
                 });

@@ -68,6 +68,8 @@ pub struct TableSpec {
     pub(crate) max_size: usize,
     pub(crate) sweep_ms: u64,
     pub(crate) absent_ttl_ms: u64,
+    /// `None`: the cache's [`Builder::load_timeout`](crate::Builder::load_timeout).
+    pub(crate) load_timeout_ms: Option<u64>,
     pub(crate) coherence: Coherence,
     pub(crate) fingerprint: u64,
 }
@@ -133,6 +135,14 @@ impl TableSpec {
     #[must_use]
     pub const fn absent_ttl_ms(&self) -> u64 {
         self.absent_ttl_ms
+    }
+
+    /// The deadline of the table's flights, in milliseconds, if the table
+    /// declares one (`load_timeout_ms`); else the cache's
+    /// [`Builder::load_timeout`](crate::Builder::load_timeout) applies.
+    #[must_use]
+    pub const fn load_timeout_ms(&self) -> Option<u64> {
+        self.load_timeout_ms
     }
 
     /// The coherence mode.

@@ -50,6 +50,9 @@ impl Striped {
 #[derive(Default)]
 pub(crate) struct Counters {
     pub(crate) misses: AtomicU64,
+    pub(crate) flights: AtomicU64,
+    /// Flights started and not yet ended (detached ones included).
+    pub(crate) running: AtomicU64,
     pub(crate) fills: AtomicU64,
     pub(crate) l2_hits: AtomicU64,
     pub(crate) coalesced: AtomicU64,
@@ -57,6 +60,7 @@ pub(crate) struct Counters {
     pub(crate) full_skips: AtomicU64,
     pub(crate) sweeps: AtomicU64,
     pub(crate) load_errors: AtomicU64,
+    pub(crate) load_timeouts: AtomicU64,
     pub(crate) not_found: AtomicU64,
     pub(crate) invalidations: AtomicU64,
     pub(crate) puts: AtomicU64,
@@ -73,10 +77,11 @@ impl Counters {
         counter.fetch_add(1, Relaxed);
     }
 
-    pub(crate) fn snapshot(&self, hits: u64, size: usize, in_flight: usize) -> Stats {
+    pub(crate) fn snapshot(&self, hits: u64, size: usize) -> Stats {
         Stats {
             hits,
             misses: self.misses.load(Relaxed),
+            flights: self.flights.load(Relaxed),
             fills: self.fills.load(Relaxed),
             l2_hits: self.l2_hits.load(Relaxed),
             coalesced: self.coalesced.load(Relaxed),
@@ -84,8 +89,9 @@ impl Counters {
             full_skips: self.full_skips.load(Relaxed),
             sweeps: self.sweeps.load(Relaxed),
             size: size as u64,
-            in_flight: in_flight as u64,
+            in_flight: self.running.load(Relaxed),
             load_errors: self.load_errors.load(Relaxed),
+            load_timeouts: self.load_timeouts.load(Relaxed),
             not_found: self.not_found.load(Relaxed),
             invalidations: self.invalidations.load(Relaxed),
             puts: self.puts.load(Relaxed),
@@ -107,17 +113,51 @@ impl Default for Striped {
 
 /// A snapshot of one table's counters.
 ///
-/// Every fetch is counted once as a hit or a miss. A miss either joins a
-/// flight already under way (`coalesced`) or starts one, and a flight ends
-/// as an L2 hit (`l2_hits`), a load (`fills`), a "not found" (`not_found`)
-/// or an error (`load_errors`), or finds the row filled meanwhile.
+/// Each fetch is counted once, when L1 answers it or when it joins or
+/// starts a flight, and each flight once more when it ends. With no fetch
+/// under way (for the first two) and no flight under way (for the third):
+///
+/// - `hits + misses` = fetches;
+/// - `misses` = `flights + coalesced`;
+/// - `flights` = `l2_hits + fills + not_found + load_errors +
+///   load_timeouts + in_flight` (`in_flight` is 0 at rest).
+///
+/// A fetch that misses in the caller's thread but finds the row when it
+/// comes to join a flight (one landed meanwhile) is a hit. A caller that
+/// gives up waiting ([`Error::Timeout`](crate::Error::Timeout)) was counted
+/// as a miss when it joined. A fetch refused with
+/// [`Error::NoRuntime`](crate::Error::NoRuntime) is not counted.
+///
+/// ```standalone_crate
+/// use echo_cache::{near_cache, Cache, Id};
+///
+/// #[near_cache(kind = "DOC", ttl_ms = 60_000)]
+/// #[derive(serde::Serialize, serde::Deserialize)]
+/// struct Doc { body: String }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), echo_cache::Error> {
+/// let cache = Cache::builder()
+///     .loader(|_: Id<Doc>| async { Ok::<_, std::io::Error>(Some(Doc { body: "hi".into() })) })
+///     .build()?;
+/// let id = Id::<Doc>::mint();
+/// cache.fetch(id).await?; // a miss: a flight, answered by the loader
+/// cache.fetch(id).await?; // a hit
+/// let stats = cache.stats::<Doc>();
+/// assert_eq!((stats.hits, stats.misses, stats.flights, stats.fills), (1, 1, 1, 1));
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Stats {
-    /// Fetches answered from L1.
+    /// Fetches answered from L1: in the caller's thread, or found there when
+    /// the caller came to join a flight.
     pub hits: u64,
-    /// Fetches L1 could not answer.
+    /// Fetches that joined or started a flight.
     pub misses: u64,
+    /// Flights started (each answers every miss that joined it).
+    pub flights: u64,
     /// Flights answered by the loader.
     pub fills: u64,
     /// Flights answered by L2.
@@ -132,10 +172,13 @@ pub struct Stats {
     pub sweeps: u64,
     /// Rows in L1 now (live or not yet swept).
     pub size: u64,
-    /// Flights under way now.
+    /// Flights under way now, including those a write detached (they
+    /// answer their waiters but install nothing).
     pub in_flight: u64,
     /// Flights that failed: a loader error, a loader panic.
     pub load_errors: u64,
+    /// Flights abandoned at their deadline ([`Error::LoadTimeout`](crate::Error::LoadTimeout)).
+    pub load_timeouts: u64,
     /// Flights whose loader found nothing.
     pub not_found: u64,
     /// Invalidations applied: by this node's writes, and from other nodes

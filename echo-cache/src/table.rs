@@ -3,13 +3,18 @@
 //! The data path, top to bottom:
 //!
 //! 1. [`Table::hit`]: a live L1 row answers in the caller's thread.
-//! 2. [`Table::miss`]: the caller joins the key's flight, or starts one and
-//!    drives it (handing it to the runtime as its own task if the caller
-//!    gives up first); either way it waits for the one answer.
-//! 3. [`Table::resolve`], in the flight: re-check L1, then L2, then the
+//! 2. [`Table::miss`]: the caller looks in L1 again under the flight lock
+//!    (a flight may have landed since), then joins the key's flight, or
+//!    starts one and drives it (handing it to the runtime as its own task if
+//!    the caller gives up first); either way it waits for the one answer.
+//! 3. [`Table::resolve`], in the flight, within its deadline: L2, then the
 //!    loader.
 //! 4. [`Table::land`]: install the value in L1 unless a write overtook the
 //!    flight, and answer every waiter.
+//!
+//! No user code (a loader, a codec, a value's `Drop`) runs under the
+//! table's locks: rows a write or a landing declines are dropped, and
+//! retired values freed, after the locks are released.
 
 use std::any::{Any, TypeId};
 use std::collections::HashMap;
@@ -34,7 +39,7 @@ use crate::error::{BoxError, Error};
 use crate::fetched::{Fetched, Source};
 use crate::flight::{Flights, Joined};
 use crate::id::{Id, RawId};
-use crate::l1::{self, Kept, Live, Row, Rows};
+use crate::l1::{self, Live, Row, Rows};
 use crate::l2::{self, Codec, Found, Postcard, Tier, Write};
 use crate::mint::Minter;
 use crate::roster::{Health, TableInfo};
@@ -58,6 +63,8 @@ pub(crate) struct Shared {
     pub(crate) l2: Option<Arc<l2::Server>>,
     pub(crate) max_value_bytes: usize,
     pub(crate) tombstone_ttl: Duration,
+    /// The deadline of a flight, unless its table declares one.
+    pub(crate) load_timeout: Duration,
     /// Codecs other than the default, by `TypeId`, each an `Arc<dyn Codec<T>>`.
     pub(crate) codecs: Mutex<HashMap<TypeId, Box<dyn Any + Send>>>,
 }
@@ -110,8 +117,13 @@ pub(crate) fn open<T: Cached>(decl: &'static Declaration, shared: &Shared) -> Ar
     });
     // A coherent table trusts L1 only once its invalidation channel is up.
     let coherent = tier.is_some() && decl.spec.coherence.versioned();
+    let load_timeout = decl
+        .spec
+        .load_timeout_ms
+        .map_or(shared.load_timeout, Duration::from_millis);
     Arc::new(Table::<T> {
         spec: &decl.spec,
+        load_timeout,
         rows: Rows::new(&decl.spec),
         flights: Flights::new(),
         hits: Striped::new(),
@@ -127,8 +139,10 @@ pub(crate) fn open<T: Cached>(decl: &'static Declaration, shared: &Shared) -> Ar
 
 pub(crate) struct Table<T> {
     spec: &'static TableSpec,
+    /// The deadline of a flight.
+    load_timeout: Duration,
     rows: Rows<T>,
-    flights: Flights<watch::Sender<Answer<T>>>,
+    flights: Flights<watch::Receiver<Answer<T>>>,
     hits: Striped,
     counters: Counters,
     clock: Clock,
@@ -163,33 +177,46 @@ impl<T: Cached> Table<T> {
         }
     }
 
-    /// Step 2: joins or starts the flight of `key` and waits for its answer
+    /// Step 2: answers from L1 if a flight landed since the caller's miss,
+    /// else joins or starts the flight of `key` and waits for its answer
     /// (at most `timeout`).
     pub(crate) async fn miss(
         self: Arc<Self>,
         key: u64,
         timeout: Option<Duration>,
     ) -> Result<Fetched<T>, Error> {
-        Counters::bump(&self.counters.misses);
         let current = Handle::try_current().ok();
         let in_runtime = current.is_some();
         let runtime = current
             .or_else(|| self.runtime.clone())
             .ok_or(Error::NoRuntime)?;
-        let joined = self.flights.join(key, watch::Sender::subscribe, || {
-            let (sender, receiver) = watch::channel(None);
-            (sender, receiver)
-        });
+        let mut sender = None;
+        let joined = self.flights.join(
+            key,
+            || self.hit(key),
+            watch::Receiver::clone,
+            || {
+                let (answer, waiters) = watch::channel(None);
+                sender = Some(answer);
+                (waiters.clone(), waiters)
+            },
+        );
         let (mut answer, flight) = match joined {
+            Joined::Cached(hit) => return hit,
             Joined::Follower(answer) => {
+                Counters::bump(&self.counters.misses);
                 Counters::bump(&self.counters.coalesced);
                 (answer, None)
             }
             Joined::Leader(token, answer) => {
+                Counters::bump(&self.counters.misses);
+                Counters::bump(&self.counters.flights);
+                Counters::bump(&self.counters.running);
                 let landing = Landing {
                     table: Some(Arc::clone(&self)),
                     key,
                     token,
+                    answer: sender.take().expect("a new flight's sender"),
                 };
                 let flight = Detachable::new(landing.fly(), runtime.clone());
                 if in_runtime {
@@ -240,13 +267,8 @@ impl<T: Cached> Table<T> {
         }
     }
 
-    /// Step 3: L1 again (a flight may have landed since the miss), then L2,
-    /// then the loader.
+    /// Step 3: L2, then the loader.
     async fn resolve(&self, key: u64) -> Result<Fetched<T>, Error> {
-        let live = self.rows.get(&epoch::pin(), key, self.clock.now_ms());
-        if let Some(live) = live {
-            return self.answer(key, live);
-        }
         let mut over_bad = false;
         if let Some(tier) = &self.tier {
             match tier.read(key, &self.counters).await {
@@ -263,13 +285,10 @@ impl<T: Cached> Table<T> {
         let loader = self.loader.as_ref().ok_or(Error::NoLoader {
             table: self.spec.name,
         })?;
-        // An immutable entity's version is its own id; a mutable one's is
-        // minted before the system of record is read, so it orders the read.
-        let version = if self.spec.coherence.versioned() {
-            Minter::global().mint_raw(T::KIND)
-        } else {
-            RawId::new(T::KIND, key)
-        };
+        // Minted before the system of record is read, so it orders the read
+        // against writes: L2 refuses the fill if an invalidation newer than
+        // it is there (every mode, `none` included).
+        let version = Minter::global().mint_raw(T::KIND);
         match loader(Id::from_payload(key)).await {
             Ok(Some(value)) => {
                 if let Some(tier) = &self.tier {
@@ -299,10 +318,16 @@ impl<T: Cached> Table<T> {
     }
 
     /// Step 4: installs the outcome unless overtaken, answers every waiter.
-    fn land(&self, key: u64, token: u64, outcome: Result<Fetched<T>, Error>) {
+    fn land(
+        &self,
+        key: u64,
+        token: u64,
+        outcome: Result<Fetched<T>, Error>,
+        answer: &watch::Sender<Answer<T>>,
+    ) {
         let now = self.clock.now_ms();
         let row = match &outcome {
-            Ok(fetched) if fetched.source() != Source::Hit => Some(self.row(
+            Ok(fetched) => Some(self.row(
                 Some(Arc::clone(fetched.value())),
                 fetched.version().payload(),
                 now,
@@ -315,25 +340,22 @@ impl<T: Cached> Table<T> {
         if row.is_some() {
             self.rows.make_room(now);
         }
-        let waiters = self.flights.land(key, token, || {
-            if let Some(row) = row {
-                self.install(key, row);
-            }
+        let mut declined = None;
+        self.flights.land(key, token, || {
+            declined = row.and_then(|row| self.install(key, row));
         });
-        match &outcome {
-            Ok(fetched) if fetched.source() == Source::Fill => {
-                Counters::bump(&self.counters.fills);
-            }
-            Ok(fetched) if fetched.source() == Source::L2 => {
-                Counters::bump(&self.counters.l2_hits);
-            }
-            Ok(_) => {}
-            Err(Error::NotFound { .. }) => Counters::bump(&self.counters.not_found),
-            Err(_) => Counters::bump(&self.counters.load_errors),
-        }
-        if let Some(waiters) = waiters {
-            waiters.send_replace(Some(outcome));
-        }
+        drop(declined);
+        self.rows.collect_if_due();
+        let counter = match &outcome {
+            Ok(fetched) if fetched.source() == Source::L2 => &self.counters.l2_hits,
+            Ok(_) => &self.counters.fills,
+            Err(Error::NotFound { .. }) => &self.counters.not_found,
+            Err(Error::LoadTimeout { .. }) => &self.counters.load_timeouts,
+            Err(_) => &self.counters.load_errors,
+        };
+        Counters::bump(counter);
+        self.counters.running.fetch_sub(1, Relaxed);
+        answer.send_replace(Some(outcome));
     }
 
     /// A row of `value` (or of an absence) at `version`, inserted at `now`:
@@ -351,12 +373,20 @@ impl<T: Cached> Table<T> {
         }
     }
 
-    /// Installs `row` unless L1 is not trusted or an invalidation newer than
-    /// the row was applied. Call with the key's flight lock held.
-    fn install(&self, key: u64, row: Row<T>) {
-        if self.trusted.load(Relaxed) && !self.applied.overtakes(key, row.version) {
-            self.count_kept(self.rows.insert(key, row));
+    /// Installs `row` unless L1 is not trusted, an invalidation newer than
+    /// the row was applied, or the table is full of live rows; returns the
+    /// row it did not install, for the caller to drop once it has released
+    /// its locks. Call with the key's flight lock held.
+    #[must_use]
+    fn install(&self, key: u64, row: Row<T>) -> Option<Row<T>> {
+        if !self.trusted.load(Relaxed) || self.applied.overtakes(key, row.version) {
+            return Some(row);
         }
+        let full = self.rows.insert(key, row).err();
+        if full.is_some() {
+            Counters::bump(&self.counters.full_skips);
+        }
+        full
     }
 
     /// Writes `value` under a fresh version: L2 (if no newer version is
@@ -382,10 +412,12 @@ impl<T: Cached> Table<T> {
         let now = self.clock.now_ms();
         let row = self.row(Some(Arc::new(value)), version.payload(), now);
         self.rows.make_room(now);
-        self.flights.overtake(key, || {
+        let declined = self.flights.overtake(key, || {
             self.rows.remove_older(key, None);
-            self.install(key, row);
+            self.install(key, row)
         });
+        drop(declined);
+        self.rows.collect_if_due();
         Counters::bump(&self.counters.puts);
         self.announce(key, &version).await?;
         Ok(version)
@@ -398,6 +430,7 @@ impl<T: Cached> Table<T> {
             self.applied.advance(key, version.payload());
             self.flights
                 .overtake(key, || self.rows.remove_older(key, Some(version.payload())));
+            self.rows.collect_if_due();
             if let Some(tier) = &self.tier {
                 tier.drop(key, version, &self.counters).await;
             }
@@ -409,6 +442,7 @@ impl<T: Cached> Table<T> {
             }
             self.flights
                 .overtake(key, || self.rows.remove_older(key, None));
+            self.rows.collect_if_due();
         }
         Counters::bump(&self.counters.invalidations);
         self.announce(key, version).await
@@ -445,6 +479,7 @@ impl<T: Cached> Table<T> {
         }
         self.flights
             .overtake(key, || self.rows.remove_older(key, version));
+        self.rows.collect_if_due();
         Counters::bump(&self.counters.invalidations);
     }
 
@@ -452,7 +487,7 @@ impl<T: Cached> Table<T> {
     /// now on, so drop every row and keep none until it is back.
     pub(crate) fn distrust(&self) {
         self.trusted.store(false, Relaxed);
-        self.flights.overtake_all(|| self.rows.clear());
+        self.flush();
     }
 
     /// The invalidation channel is (back) up: flights that read during the
@@ -462,25 +497,20 @@ impl<T: Cached> Table<T> {
             .overtake_all(|| self.trusted.store(true, Relaxed));
     }
 
-    /// Drops every row; no flight under way will install.
+    /// Drops every row; no flight under way will install, and the next
+    /// misses start fresh flights.
     pub(crate) fn flush(&self) {
         self.flights.overtake_all(|| self.rows.clear());
+        self.rows.collect_if_due();
     }
 
     pub(crate) fn stats(&self) -> Stats {
-        self.counters
-            .snapshot(self.hits.sum(), self.rows.len(), self.flights.len())
+        self.counters.snapshot(self.hits.sum(), self.rows.len())
     }
 
     /// A jittered L2 lifetime; the server's clock expires the key.
     fn l2_ttl_ms(&self) -> u64 {
         l1::expiry(0, self.spec.ttl_ms, self.spec.jitter)
-    }
-
-    fn count_kept(&self, kept: Kept) {
-        if kept == Kept::Full {
-            Counters::bump(&self.counters.full_skips);
-        }
     }
 
     fn not_found(&self, key: u64) -> Error {
@@ -605,22 +635,31 @@ struct Landing<T: Cached> {
     table: Option<Arc<Table<T>>>,
     key: u64,
     token: u64,
+    answer: watch::Sender<Answer<T>>,
 }
 
 impl<T: Cached> Landing<T> {
-    /// Resolves the key and lands, whatever happens on the way.
+    /// Resolves the key within the table's deadline and lands, whatever
+    /// happens on the way. Past the deadline the resolution is dropped
+    /// (cancelled where it awaits), so its late result goes nowhere.
     async fn fly(mut self) {
         let table = Arc::clone(self.table.as_ref().expect("lands once"));
-        let outcome = AssertUnwindSafe(table.resolve(self.key))
-            .catch_unwind()
-            .await
-            .unwrap_or_else(|panic| Err(table.crashed(&panic_message(&*panic))));
+        let resolved = AssertUnwindSafe(table.resolve(self.key)).catch_unwind();
+        let deadline = table.load_timeout;
+        let outcome = match tokio::time::timeout(deadline, resolved).await {
+            Ok(Ok(outcome)) => outcome,
+            Ok(Err(panic)) => Err(table.crashed(&panic_message(&*panic))),
+            Err(_) => Err(Error::LoadTimeout {
+                table: table.spec.name,
+                after: deadline,
+            }),
+        };
         self.land(outcome);
     }
 
     fn land(&mut self, outcome: Result<Fetched<T>, Error>) {
         if let Some(table) = self.table.take() {
-            table.land(self.key, self.token, outcome);
+            table.land(self.key, self.token, outcome, &self.answer);
         }
     }
 }

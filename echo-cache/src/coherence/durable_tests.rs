@@ -24,6 +24,7 @@ const fn spec(name: &'static str, kind: &'static str) -> TableSpec {
         max_size: 100,
         sweep_ms: 1_000,
         absent_ttl_ms: 0,
+        load_timeout_ms: None,
         coherence: Coherence::Durable,
         fingerprint: 0,
     }

@@ -5,15 +5,17 @@
 //! bytes of a frame (a tombstone is only those 14 bytes); versions are
 //! compared by their 11-byte payloads, which sort in mint order as strings.
 //! A value that does not start with a well-formed version (garbage, an old
-//! format) is overwritten.
+//! format, a key of another type) is overwritten.
 
 use std::sync::LazyLock;
 
 use redis::Script;
 
-/// The Lua that reads the version of the value at `KEYS[1]`, or `nil`.
+/// The Lua that reads the version of the value at `KEYS[1]`, or `nil`. A
+/// key of another type (a list, a hash) has none: it is overwritten.
 const CURRENT_VERSION: &str = r"
 local function current_version(key)
+  if redis.call('TYPE', key)['ok'] ~= 'string' then return nil end
   local value = redis.call('GET', key)
   if not value or #value < 14 then return nil end
   local version = string.sub(value, 1, 14)

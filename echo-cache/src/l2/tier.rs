@@ -1,13 +1,21 @@
 //! One table's view of L2: its keys, its frames, its codec.
 //!
-//! Tables with coherence `none` hold immutable entities: their frames are
-//! written with a plain `SET … PX` and dropped with `DEL`. Every other table
-//! writes through [`WRITE_IF_NEWER`]: fills and puts never overwrite a newer
-//! frame, and invalidations leave a tombstone carrying their version, so a
-//! slow fill that read the system of record before a write cannot land in
-//! L2 after that write's invalidation. A tombstone lives for the tombstone
-//! TTL; a fill whose version is older than half of it does not write L2 at
-//! all, so it cannot outlive the tombstone that would have stopped it.
+//! Every table, whatever its coherence mode, writes through
+//! [`WRITE_IF_NEWER`]: fills and puts never overwrite a newer frame, and
+//! invalidations leave a tombstone carrying their version, so a slow fill
+//! that read the system of record before a write cannot land in L2 after
+//! that write's invalidation, on any node. (A `none` table too: its
+//! entities are immutable, but `invalidate` and `put` are public on every
+//! table and promise that the next fetch reads afresh. A plain `SET` would
+//! let a slow fill put back what a `DEL` just removed; a `SET NX` against a
+//! tombstone would keep every fill out of L2 for the tombstone's life; the
+//! script costs the same round trip as a `SET` and neither.) A tombstone
+//! lives for the tombstone TTL; a fill whose version is older than half of
+//! it does not write L2 at all, so it cannot outlive the tombstone that
+//! would have stopped it.
+//!
+//! A key of another Redis type (a list, a hash left by someone else) reads
+//! as a bad frame, and the next fill overwrites it.
 //!
 //! A `tracking` table's fills are written with `SET … NX` instead (see
 //! [`How::Vacant`]); its puts and invalidations go through the script, and
@@ -55,8 +63,6 @@ pub(crate) enum Write {
 /// How a frame is written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum How {
-    /// `SET … PX`: immutable entities.
-    Plain,
     /// `SET … PX NX`: a tracking table's fill. The server does not echo a
     /// plain command back to the connection that sent it (`NOLOOP`), but it
     /// does echo a script's writes (Redis 7.0), and a node's own fills must
@@ -125,6 +131,10 @@ impl<T: Cached> Tier<T> {
         let get = Cmd::new().arg("GET").arg(self.key(key)).clone();
         let frame: Option<Vec<u8>> = match self.server.query(self.lane(), get).await {
             Ok(frame) => frame,
+            Err(Failure::Redis(error)) if error.code() == Some("WRONGTYPE") => {
+                self.bad_frame(key, "a key of another type", counters);
+                return Found::Bad;
+            }
             Err(failure) => {
                 Counters::bump(&counters.l2_errors);
                 self.read_warning
@@ -147,23 +157,27 @@ impl<T: Cached> Tier<T> {
         match decoded {
             Ok((version, value)) => Found::Value(version, value),
             Err(reason) => {
-                Counters::bump(&counters.decode_errors);
-                self.read_warning.emit(|n| {
-                    tracing::warn!(
-                        table = self.spec.name(),
-                        id = %RawId::new(T::KIND, key),
-                        occurrences = n,
-                        "refilling over a bad L2 frame: {reason}"
-                    );
-                });
+                self.bad_frame(key, &reason, counters);
                 Found::Bad
             }
         }
     }
 
-    /// Writes `value` under `version` for `ttl_ms` (if no newer version is
-    /// there, for versioned tables), unless it is larger than
-    /// `max_value_bytes`: then it is only kept in L1 (counted as oversized).
+    fn bad_frame(&self, key: u64, reason: &str, counters: &Counters) {
+        Counters::bump(&counters.decode_errors);
+        self.read_warning.emit(|n| {
+            tracing::warn!(
+                table = self.spec.name(),
+                id = %RawId::new(T::KIND, key),
+                occurrences = n,
+                "refilling over a bad L2 frame: {reason}"
+            );
+        });
+    }
+
+    /// Writes `value` under `version` for `ttl_ms` if no newer version is
+    /// there, unless it is larger than `max_value_bytes`: then it is only
+    /// kept in L1 (counted as oversized).
     pub(crate) async fn write(
         &self,
         key: u64,
@@ -173,7 +187,7 @@ impl<T: Cached> Tier<T> {
         write: Write,
         counters: &Counters,
     ) {
-        if self.spec.coherence().versioned() && self.too_old(version) {
+        if write != Write::Put && self.too_old(version) {
             Counters::bump(&counters.l2_writes_dropped);
             return;
         }
@@ -197,7 +211,6 @@ impl<T: Cached> Tier<T> {
         }
         let frame = frame::encode(version, self.schema, &body);
         let how = match (self.spec.coherence(), write) {
-            (Coherence::None, _) => How::Plain,
             (Coherence::Tracking, Write::Fill { over_bad: false }) => How::Vacant,
             _ => How::Versioned,
         };
@@ -205,20 +218,13 @@ impl<T: Cached> Tier<T> {
             .await;
     }
 
-    /// Drops `key`: for versioned tables, leaves a tombstone of `version`
-    /// unless a newer value is there; else deletes it.
+    /// Drops `key`: leaves a tombstone of `version` unless a newer value is
+    /// there.
     pub(crate) async fn drop(&self, key: u64, version: &RawId, counters: &Counters) {
-        if self.spec.coherence().versioned() {
-            let ttl_ms = u64::try_from(self.tombstone_ttl.as_millis()).unwrap_or(u64::MAX);
-            let tombstone = version.to_bytes();
-            self.put_frame(key, &tombstone, ttl_ms.max(1), How::Versioned, counters)
-                .await;
-        } else {
-            let del = Cmd::new().arg("DEL").arg(self.key(key)).clone();
-            if let Err(failure) = self.server.query::<()>(self.lane(), del).await {
-                self.dropped_write(&failure, counters);
-            }
-        }
+        let ttl_ms = u64::try_from(self.tombstone_ttl.as_millis()).unwrap_or(u64::MAX);
+        let tombstone = version.to_bytes();
+        self.put_frame(key, &tombstone, ttl_ms.max(1), How::Versioned, counters)
+            .await;
     }
 
     /// Tells the other nodes that `key` changed at `version`: a message on
