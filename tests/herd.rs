@@ -364,3 +364,70 @@ async fn a_flight_whose_every_caller_left_still_fills_l1() {
     assert_eq!(next.source(), Source::Hit);
     assert_eq!(calls.get(), 1);
 }
+
+/// The counters' identities hold under a storm of concurrent fetches,
+/// invalidations and flushes over a few ids whose loads succeed, find
+/// nothing, fail, panic or miss their deadline: once everything is
+/// answered, `hits + misses` is the number of fetches, `misses` is
+/// `flights + coalesced`, and every flight ended one way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_counters_add_up_under_a_storm() {
+    const TASKS: u64 = 8;
+    const FETCHES: u64 = 2_000;
+    let ids: Vec<Id<Item>> = (0..20).map(|_| Id::mint()).collect();
+    let cache = Cache::builder()
+        .loader(|id: Id<Item>| {
+            async move {
+                tokio::task::yield_now().await;
+                match id.payload() % 5 {
+                    0 => Ok(None),
+                    1 => Err(std::io::Error::other("the store failed")),
+                    2 if id.payload() % 2 == 0 => panic!("the loader panicked"),
+                    3 => std::future::pending().await,
+                    _ => Ok(Some(Item { id: id.payload() })),
+                }
+            }
+            .boxed()
+        })
+        .load_timeout(Duration::from_millis(2))
+        .fetch_timeout(None)
+        .build()
+        .expect("no conflict");
+
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|task| {
+            let (cache, ids) = (cache.clone(), ids.clone());
+            tokio::spawn(async move {
+                for n in 0..FETCHES {
+                    let id = ids[usize::try_from((n * 7 + task * 3) % 20).unwrap()];
+                    let _ = cache.fetch(id).await;
+                    match (n + task) % 50 {
+                        0 => drop(cache.invalidate(id).await),
+                        1 => cache.flush::<Item>(),
+                        _ => {}
+                    }
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        bounded("a storm task", task).await.expect("no task panics");
+    }
+
+    let stats = cache.stats::<Item>();
+    assert_eq!(stats.hits + stats.misses, TASKS * FETCHES, "{stats:?}");
+    assert_eq!(stats.misses, stats.flights + stats.coalesced, "{stats:?}");
+    assert_eq!(stats.in_flight, 0, "{stats:?}");
+    assert_eq!(
+        stats.flights,
+        stats.l2_hits + stats.fills + stats.not_found + stats.load_errors + stats.load_timeouts,
+        "{stats:?}"
+    );
+    assert!(
+        [stats.hits, stats.coalesced, stats.fills, stats.not_found]
+            .iter()
+            .chain([stats.load_errors, stats.load_timeouts].iter())
+            .all(|&n| n > 0),
+        "the storm exercised every path: {stats:?}"
+    );
+}

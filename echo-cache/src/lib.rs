@@ -58,6 +58,7 @@
 //! | `max_size` | `100_000` | rows kept in L1 at most, > 0 |
 //! | `sweep_ms` | `1_000` | period of the sweeper, > 0 |
 //! | `absent_ttl_ms` | `0` | how long the loader's "not found" is remembered (0: not at all) |
+//! | `load_timeout_ms` | [`Builder::load_timeout`] (30 s) | the deadline of a flight, > 0 (see [`Error::LoadTimeout`]) |
 //! | `name` | the type's name in snake case | table name, `[a-z0-9_]+`, unique in the program |
 //! | `crate` | `"::echo_cache"` | path of this crate, for re-exports |
 //!

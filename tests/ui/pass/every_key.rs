@@ -1,21 +1,30 @@
-// Every key of #[near_cache], each with a value other than its default.
+// Every key of #[near_cache], each with a value other than its default, fed
+// through a `macro_rules!` as `literal` fragments (which reach the
+// attribute wrapped in invisible groups) and `tt`s.
 use echo_cache::{Cached, Coherence, near_cache};
 
-#[near_cache(
-    kind = "GAM",
-    ttl_ms = 600_000,
-    coherence = "durable",
-    jitter = 0.25,
-    max_size = 50_000,
-    sweep_ms = 500,
-    absent_ttl_ms = 5_000,
-    name = "games",
-    crate = "::echo_cache"
-)]
-#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
-pub struct Game {
-    pub secret: String,
+macro_rules! declare {
+    ($kind:literal, $ttl:literal, $coherence:literal, $jitter:tt) => {
+        #[near_cache(
+            kind = $kind,
+            ttl_ms = $ttl,
+            coherence = $coherence,
+            jitter = $jitter,
+            max_size = 50_000,
+            sweep_ms = 500,
+            absent_ttl_ms = 5_000,
+            load_timeout_ms = 2_000,
+            name = "games",
+            crate = "::echo_cache"
+        )]
+        #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+        pub struct Game {
+            pub secret: String,
+        }
+    };
 }
+
+declare!("GAM", 600_000, "durable", 0.25);
 
 fn main() {
     let spec = Game::spec();
@@ -27,6 +36,7 @@ fn main() {
     assert_eq!(spec.max_size(), 50_000);
     assert_eq!(spec.sweep_ms(), 500);
     assert_eq!(spec.absent_ttl_ms(), 5_000);
+    assert_eq!(spec.load_timeout_ms(), Some(2_000));
     assert_eq!(spec.name(), "games");
     assert!(spec.type_name().ends_with("::Game"), "{}", spec.type_name());
     assert!(echo_cache::declared().contains(&spec));
