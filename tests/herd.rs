@@ -382,7 +382,7 @@ async fn the_counters_add_up_under_a_storm() {
                 match id.payload() % 5 {
                     0 => Ok(None),
                     1 => Err(std::io::Error::other("the store failed")),
-                    2 if id.payload() % 2 == 0 => panic!("the loader panicked"),
+                    2 if id.payload().is_multiple_of(2) => panic!("the loader panicked"),
                     3 => std::future::pending().await,
                     _ => Ok(Some(Item { id: id.payload() })),
                 }
