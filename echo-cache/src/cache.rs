@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::FutureExt;
 use tokio::runtime::Handle;
-use tokio::sync::watch;
+use tokio::sync::{Notify, watch};
 
 use crate::clock::Clock;
 use crate::coherence::{durable, link};
@@ -23,7 +23,7 @@ use crate::id::{Id, RawId};
 use crate::l1;
 use crate::l2::{self, Codec};
 use crate::mint::Minter;
-use crate::roster::TableInfo;
+use crate::roster::{Readiness, TableInfo};
 use crate::spec::{Cached, Coherence, TableSpec};
 use crate::stats::Stats;
 use crate::table::{AnyTable, Loader, Shared, Table};
@@ -76,6 +76,7 @@ struct Inner {
     /// The table of each declaration, at the declaration's position.
     tables: Arc<[Slot]>,
     clock: Clock,
+    readiness: Arc<Readiness>,
     /// Dropping it stops the maintenance thread.
     _stop: mpsc::Sender<()>,
     /// Dropping it stops the coherence lanes.
@@ -210,6 +211,41 @@ impl Cache {
         roster
     }
 
+    /// Waits until the cache serves as declared: the node number of its
+    /// versions is claimed on L2 (see
+    /// [node numbers](crate::Minter#node-numbers)) and every coherent
+    /// table's invalidation channel is up ([`Health::Bypassing`](crate::Health::Bypassing)
+    /// no more). Without L2 it is ready at once.
+    ///
+    /// A cache serves before it is ready, safely: a coherent table reads
+    /// around its L1 until its channel is up. Await this where a service
+    /// should not take traffic before its cache is at full speed, or in a
+    /// test before it counts hits. While the L2 server is away it waits:
+    /// bound it with a timeout.
+    ///
+    /// ```standalone_crate
+    /// use std::time::Duration;
+    /// use echo_cache::Cache;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), echo_cache::Error> {
+    /// let cache = Cache::builder().build()?;
+    /// tokio::time::timeout(Duration::from_secs(5), cache.ready())
+    ///     .await
+    ///     .expect("the cache is ready within 5 s");
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn ready(&self) {
+        let inner = &self.inner;
+        inner
+            .readiness
+            .until(|| {
+                inner.readiness.is_claimed() && inner.tables.iter().all(|t| t.erased.trusted())
+            })
+            .await;
+    }
+
     /// The clock rows expire by.
     #[must_use]
     pub fn clock(&self) -> &Clock {
@@ -315,7 +351,7 @@ impl Builder {
 
     /// How often the coherence link checks that its connection is alive,
     /// unless told otherwise; a PING unanswered for as long loses the link.
-    pub const DEFAULT_COHERENCE_PING_EVERY: Duration = Duration::from_secs(1);
+    pub const DEFAULT_COHERENCE_PING_EVERY: Duration = Duration::from_millis(500);
 
     /// How often the coherence link of `tracking` and `broadcast` tables
     /// PINGs the server, and how long it waits for the PONG
@@ -331,9 +367,21 @@ impl Builder {
 
     /// The name of this node, stable across its restarts: `durable` tables
     /// read their invalidation streams through a consumer group of this name,
-    /// so a node that was away catches up on what it missed. Letters,
-    /// digits, `-`, `_` and `.`. Without one, a name unique to this process
-    /// is made up, and a restarted node starts from the newest messages.
+    /// so a node that was away catches up on what it missed. Without one, a
+    /// name unique to this process is made up, and a restarted node starts
+    /// from the newest messages.
+    ///
+    /// A node name is 1 to 64 ASCII letters, digits, `-`, `_` and `.` (no
+    /// spaces: it names a consumer group and a client). [`build`](Self::build)
+    /// refuses any other with [`Error::Config`], naming what is wrong.
+    ///
+    /// ```standalone_crate
+    /// use echo_cache::{Cache, Error};
+    ///
+    /// let refused = Cache::builder().node_name("web 1").build();
+    /// assert!(matches!(refused, Err(Error::Config(why)) if why.contains("' ' is not allowed")));
+    /// assert!(Cache::builder().node_name("web-1.eu_west").build().is_ok());
+    /// ```
     #[must_use]
     pub fn node_name(mut self, name: impl Into<String>) -> Builder {
         self.node_name = Some(name.into());
@@ -512,12 +560,15 @@ impl Builder {
     pub fn build(self) -> Result<Cache, Error> {
         directory::check_unique()?;
         let node_name = match self.node_name {
-            Some(name) if valid_node_name(&name) => name,
-            Some(name) => {
-                return Err(Error::Config(format!(
-                    "node name {name:?}: use letters, digits, `-`, `_` and `.`"
-                )));
-            }
+            Some(name) => match node_name_fault(&name) {
+                None => name,
+                Some(fault) => {
+                    return Err(Error::Config(format!(
+                        "node name {name:?}: {fault}; a node name is 1 to {MAX_NODE_NAME} \
+                         ASCII letters, digits, `-`, `_` and `.`"
+                    )));
+                }
+            },
             None => format!("node-{}-{:08x}", std::process::id(), fastrand::u32(..)),
         };
         let l2 = self
@@ -527,9 +578,15 @@ impl Builder {
                 l2::Server::open(&url, tls_root, self.l2_timeout, self.l2_probe_every)
             })
             .transpose()?;
+        let runtime = self.runtime.or_else(|| Handle::try_current().ok());
+        // The node number needs claiming if there is a server to claim it
+        // on, and a runtime to claim it from.
+        let readiness = Arc::new(Readiness::new(l2.is_none() || runtime.is_none()));
         let shared = Shared {
             clock: self.clock.clone(),
-            runtime: self.runtime.or_else(|| Handle::try_current().ok()),
+            runtime,
+            readiness: Arc::clone(&readiness),
+            backlog_kick: Arc::default(),
             loaders: Mutex::new(self.loaders),
             l2: l2.map(Arc::new),
             max_value_bytes: self.max_value_bytes,
@@ -562,6 +619,8 @@ impl Builder {
                     deadline: self.coherence_ping_every,
                 },
                 node_name,
+                readiness: Arc::clone(&readiness),
+                backlog_kick: Arc::clone(&shared.backlog_kick),
                 stop: coherence_stopped,
             };
             lanes.start(shared.runtime.as_ref())?;
@@ -570,6 +629,7 @@ impl Builder {
         let inner = Arc::new(Inner {
             tables: Arc::clone(&tables),
             clock: self.clock,
+            readiness,
             _stop: stop,
             _stop_coherence: stop_coherence,
         });
@@ -662,27 +722,52 @@ fn tick_of<'a>(specs: impl Iterator<Item = &'a TableSpec>) -> Duration {
     })
 }
 
-fn valid_node_name(name: &str) -> bool {
-    !name.is_empty()
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+/// The longest node name: it names a consumer group and a client.
+const MAX_NODE_NAME: usize = 64;
+
+/// What is wrong with a node name, if anything.
+fn node_name_fault(name: &str) -> Option<String> {
+    if name.is_empty() {
+        return Some("it is empty".to_owned());
+    }
+    if name.len() > MAX_NODE_NAME {
+        return Some(format!("it is {} bytes long", name.len()));
+    }
+    name.chars()
+        .find(|&c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')))
+        .map(|c| format!("{c:?} is not allowed"))
 }
 
-/// The coherence lanes of a cache with L2: the tasks that carry other
-/// nodes' invalidations to its tables.
+/// The tasks of a cache with L2: the claim of its node number, the
+/// delivery of the writes its tables kept while the server was away, and
+/// the coherence lanes that carry other nodes' invalidations to its tables.
 struct Lanes {
     tables: Vec<Arc<dyn AnyTable>>,
     server: Arc<l2::Server>,
     link: link::Settings,
     /// The node's name, for the consumer groups of durable tables.
     node_name: String,
+    readiness: Arc<Readiness>,
+    backlog_kick: Arc<Notify>,
     stop: watch::Receiver<()>,
 }
 
 impl Lanes {
-    /// Starts the lanes its tables need, on `runtime`.
+    /// Starts the tasks its tables need, on `runtime`. Without one, a cache
+    /// with coherent tables cannot work ([`Error::NoRuntime`]); one without
+    /// keeps its random node number and drops what the server did not take.
     fn start(self, runtime: Option<&Handle>) -> Result<(), Error> {
+        if let Some(runtime) = runtime {
+            let (server, stop) = (&self.server, self.stop.clone());
+            let readiness = Arc::clone(&self.readiness);
+            runtime.spawn(l2::claim::keep(Arc::clone(server), readiness, stop));
+            runtime.spawn(deliver(
+                self.tables.clone(),
+                Arc::clone(server),
+                Arc::clone(&self.backlog_kick),
+                self.stop.clone(),
+            ));
+        }
         let of = |modes: &[Coherence]| -> Vec<Arc<dyn AnyTable>> {
             let tables = self.tables.iter();
             tables
@@ -703,7 +788,7 @@ impl Lanes {
                 ..durable::Settings::default()
             };
             runtime.spawn(durable::run(
-                self.server.client().clone(),
+                Arc::clone(&self.server),
                 durable,
                 self.node_name,
                 settings,
@@ -712,13 +797,50 @@ impl Lanes {
         }
         if !linked.is_empty() {
             runtime.spawn(link::run(
-                self.server.client().clone(),
+                Arc::clone(&self.server),
                 linked,
-                Arc::clone(self.server.link()),
                 self.link,
                 self.stop,
             ));
         }
         Ok(())
+    }
+}
+
+/// How soon a delivery that failed (the server is still away) is tried
+/// again.
+const REDELIVER_EVERY: Duration = Duration::from_millis(100);
+
+/// Delivers the backlogs of `tables` (the writes they kept while the server
+/// was away): woken when a table keeps a write, it tries every
+/// [`REDELIVER_EVERY`] until every backlog is empty, probing the server
+/// itself while the breaker is open, so a backlog is delivered within that
+/// interval of the server's return.
+async fn deliver(
+    tables: Vec<Arc<dyn AnyTable>>,
+    server: Arc<l2::Server>,
+    kick: Arc<Notify>,
+    mut stop: watch::Receiver<()>,
+) {
+    loop {
+        tokio::select! {
+            () = kick.notified() => {}
+            _ = stop.changed() => return,
+        }
+        while tables.iter().any(|table| table.undelivered()) {
+            let mut delivered = !server.is_down() || server.probe().await;
+            for table in &tables {
+                if delivered {
+                    delivered = table.redeliver().await;
+                }
+            }
+            if delivered {
+                continue;
+            }
+            tokio::select! {
+                () = tokio::time::sleep(REDELIVER_EVERY) => {}
+                _ = stop.changed() => return,
+            }
+        }
     }
 }

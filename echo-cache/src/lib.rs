@@ -184,6 +184,7 @@
 #![warn(clippy::pedantic)]
 #![allow(clippy::module_name_repetitions)]
 
+mod backlog;
 mod cache;
 mod clock;
 mod coherence;

@@ -13,11 +13,10 @@
 //! ahead of the wall clock for a moment and the clock catches up.
 //!
 //! The node field tells apart ids minted by different processes in the same
-//! millisecond. Give each process that mints (each cache node) its own node
-//! number with [`Minter::set_node`] on [`Minter::global`], before it mints.
+//! millisecond; see [`Minter`]'s "Node numbers".
 
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::id::{Id, Kind, RawId};
@@ -44,9 +43,37 @@ const TIME_MAX: u64 = (1 << TIME_BITS) - 1;
 /// assert!(b.is_newer_than(&a));
 /// assert_eq!(Minter::node_of(&a), 7);
 /// ```
+///
+/// # Node numbers
+///
+/// The node field tells apart ids minted by different processes in the same
+/// millisecond, so versions are unique across the processes sharing an L2
+/// without any configuration:
+///
+/// - [`Minter::global`] starts on a node number drawn at random when the
+///   process first mints;
+/// - a cache with L2 claims that number on the server (a key
+///   `ecc:node:<n>` holding a token of the process, leased for 30 s and
+///   renewed every 3 s while the cache lives, deleted when it is dropped).
+///   If another live process holds it, the cache draws another and claims
+///   that; [`Cache::ready`](crate::Cache::ready) waits for the claim;
+/// - [`Minter::set_node`] is the explicit override: a node number set by
+///   hand is never changed by a claim (a clash with another process is
+///   logged, not repaired).
+///
+/// The node field has 10 bits: 1,024 processes can share an L2 with
+/// distinct numbers. Past that, a process that finds every number taken
+/// keeps its random one, logs an error and tries again at every renewal;
+/// two such processes can mint the same version in the same millisecond.
+/// A process stopped (SIGSTOP, a VM pause) for longer than the lease may
+/// find its number taken when it resumes; until its next renewal (at most
+/// 3 s) it may share it.
 #[derive(Debug)]
 pub struct Minter {
     node: AtomicU64,
+    /// Whether the node number was chosen by hand ([`Minter::new`],
+    /// [`Minter::set_node`]): a claim on L2 never changes it.
+    explicit: AtomicBool,
     /// The last `time << SEQ_BITS | sequence` issued.
     last: AtomicU64,
 }
@@ -59,28 +86,62 @@ impl Minter {
     pub fn new(node: u16) -> Option<Minter> {
         (node <= MAX_NODE).then(|| Minter {
             node: AtomicU64::new(u64::from(node)),
+            explicit: AtomicBool::new(true),
             last: AtomicU64::new(0),
         })
     }
 
-    /// The process-wide minter, node 0 until [`set_node`](Self::set_node).
+    /// The process-wide minter: its node number is drawn at random, then
+    /// claimed on L2 by the process's caches (see
+    /// [node numbers](Minter#node-numbers)), unless set with
+    /// [`set_node`](Self::set_node).
     pub fn global() -> &'static Minter {
         static GLOBAL: OnceLock<Minter> = OnceLock::new();
         GLOBAL.get_or_init(|| Minter {
-            node: AtomicU64::new(0),
+            node: AtomicU64::new(u64::from(random_node())),
+            explicit: AtomicBool::new(false),
             last: AtomicU64::new(0),
         })
     }
 
-    /// Sets the node stamped into ids minted from now on.
+    /// Sets the node stamped into ids minted from now on, for good: a
+    /// cache's claim on L2 will not change it.
     ///
     /// Returns `false` (and changes nothing) if `node` is above [`MAX_NODE`].
     pub fn set_node(&self, node: u16) -> bool {
         if node > MAX_NODE {
             return false;
         }
+        self.explicit.store(true, Ordering::Relaxed);
         self.node.store(u64::from(node), Ordering::Relaxed);
         true
+    }
+
+    /// The node number stamped into the ids minted now.
+    #[must_use]
+    #[allow(clippy::cast_possible_truncation)] // at most MAX_NODE
+    pub fn node(&self) -> u16 {
+        self.node.load(Ordering::Relaxed) as u16
+    }
+
+    /// Whether the node number was chosen by hand.
+    pub(crate) fn is_explicit(&self) -> bool {
+        self.explicit.load(Ordering::Relaxed)
+    }
+
+    /// Moves from node `from` to `to`, unless the number was chosen by hand
+    /// or changed meanwhile; whether it moved.
+    pub(crate) fn adopt(&self, from: u16, to: u16) -> bool {
+        !self.is_explicit()
+            && self
+                .node
+                .compare_exchange(
+                    u64::from(from),
+                    u64::from(to),
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                )
+                .is_ok()
     }
 
     /// The node stamped into `id`.
@@ -136,6 +197,11 @@ impl Minter {
             }
         }
     }
+}
+
+/// A node number drawn at random.
+pub(crate) fn random_node() -> u16 {
+    fastrand::u16(..=MAX_NODE)
 }
 
 /// When a payload was minted, in milliseconds since the Unix epoch.

@@ -33,3 +33,45 @@ pub struct TableInfo {
     /// Whether the cache was built with a loader for it.
     pub has_loader: bool,
 }
+
+/// What [`Cache::ready`](crate::Cache::ready) waits for, shared by the
+/// tables and the claim keeper, which report each change.
+pub(crate) struct Readiness {
+    /// Whether the node number is settled: claimed on L2, or no claim is
+    /// needed (no L2, no runtime to claim from).
+    claimed: std::sync::atomic::AtomicBool,
+    changes: tokio::sync::watch::Sender<()>,
+}
+
+impl Readiness {
+    pub(crate) fn new(claimed: bool) -> Readiness {
+        Readiness {
+            claimed: std::sync::atomic::AtomicBool::new(claimed),
+            changes: tokio::sync::watch::Sender::new(()),
+        }
+    }
+
+    pub(crate) fn claimed(&self) {
+        self.claimed
+            .store(true, std::sync::atomic::Ordering::Release);
+        self.changed();
+    }
+
+    pub(crate) fn is_claimed(&self) -> bool {
+        self.claimed.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Wakes the waiters of `ready`, to look again.
+    pub(crate) fn changed(&self) {
+        self.changes.send_replace(());
+    }
+
+    /// Waits until `ready()` holds, looking again at every change.
+    pub(crate) async fn until(&self, ready: impl Fn() -> bool) {
+        let mut changes = self.changes.subscribe();
+        while !ready() {
+            // The sender lives as long as `self`.
+            let _ = changes.changed().await;
+        }
+    }
+}

@@ -69,6 +69,7 @@ pub(crate) struct Counters {
     pub(crate) oversized: AtomicU64,
     pub(crate) l2_writes_dropped: AtomicU64,
     pub(crate) announcements_dropped: AtomicU64,
+    pub(crate) redeliveries: AtomicU64,
     pub(crate) malformed_messages: AtomicU64,
 }
 
@@ -100,6 +101,7 @@ impl Counters {
             oversized: self.oversized.load(Relaxed),
             l2_writes_dropped: self.l2_writes_dropped.load(Relaxed),
             announcements_dropped: self.announcements_dropped.load(Relaxed),
+            redeliveries: self.redeliveries.load(Relaxed),
             malformed_messages: self.malformed_messages.load(Relaxed),
         }
     }
@@ -197,9 +199,12 @@ pub struct Stats {
     pub oversized: u64,
     /// L2 writes and deletes dropped because the server did not take them.
     pub l2_writes_dropped: u64,
-    /// Broadcast announcements of writes that did not reach the server
-    /// (at most once: other nodes may keep the old row until its TTL).
+    /// Announcements of writes that did not reach the server (each write
+    /// is kept and delivered once the server is back).
     pub announcements_dropped: u64,
+    /// Deliveries of the writes kept while the server was away (each a
+    /// batch: every write the table kept, in version order).
+    pub redeliveries: u64,
     /// Invalidation messages that were not well-formed; dropped.
     pub malformed_messages: u64,
 }

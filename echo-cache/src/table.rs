@@ -29,10 +29,12 @@ use std::time::Duration;
 use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
 use tokio::runtime::Handle;
-use tokio::sync::watch;
+use tokio::sync::{Notify, watch};
 
+use crate::backlog::Backlog;
 use crate::clock::Clock;
 use crate::coherence::Applied;
+use crate::coherence::message::Message;
 use crate::directory::Declaration;
 use crate::epoch;
 use crate::error::{BoxError, Error};
@@ -42,7 +44,7 @@ use crate::id::{Id, RawId};
 use crate::l1::{self, Live, Row, Rows};
 use crate::l2::{self, Codec, Found, Postcard, Tier, Write};
 use crate::mint::Minter;
-use crate::roster::{Health, TableInfo};
+use crate::roster::{Health, Readiness, TableInfo};
 use crate::spec::{Cached, Coherence, TableSpec};
 use crate::stats::{Counters, Stats, Striped};
 
@@ -65,6 +67,9 @@ pub(crate) struct Shared {
     pub(crate) tombstone_ttl: Duration,
     /// The deadline of a flight, unless its table declares one.
     pub(crate) load_timeout: Duration,
+    pub(crate) readiness: Arc<Readiness>,
+    /// Wakes the task that delivers the tables' backlogs.
+    pub(crate) backlog_kick: Arc<Notify>,
     /// Codecs other than the default, by `TypeId`, each an `Arc<dyn Codec<T>>`.
     pub(crate) codecs: Mutex<HashMap<TypeId, Box<dyn Any + Send>>>,
 }
@@ -98,6 +103,22 @@ pub(crate) trait AnyTable: Send + Sync {
     fn trust(&self);
     /// Counts a malformed invalidation message, which was dropped.
     fn malformed(&self);
+    /// Whether L1 is trusted: the table's invalidation channel, if it
+    /// needs one, is up.
+    fn trusted(&self) -> bool;
+    /// Whether writes wait for delivery (see [`Backlog`]).
+    fn undelivered(&self) -> bool;
+    /// Delivers them; whether all were.
+    fn redeliver(&self) -> BoxFuture<'_, bool>;
+    /// Applies a message of another node: an invalidation of a row, or a
+    /// table-wide flush; counts one that is not well-formed (`None`).
+    fn receive(&self, message: Option<Message>) {
+        match message {
+            Some(Message::Row { key, version }) => self.apply(key, Some(version)),
+            Some(Message::Flush { .. }) => self.flush(),
+            None => self.malformed(),
+        }
+    }
     fn into_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync>;
 }
 
@@ -134,6 +155,9 @@ pub(crate) fn open<T: Cached>(decl: &'static Declaration, shared: &Shared) -> Ar
         runtime: shared.runtime.clone(),
         trusted: AtomicBool::new(!coherent),
         applied: Applied::new(),
+        readiness: Arc::clone(&shared.readiness),
+        backlog: Backlog::default(),
+        backlog_kick: Arc::clone(&shared.backlog_kick),
     })
 }
 
@@ -155,6 +179,11 @@ pub(crate) struct Table<T> {
     trusted: AtomicBool,
     /// Newest invalidation applied per id (versioned modes).
     applied: Applied,
+    readiness: Arc<Readiness>,
+    /// Writes acknowledged while the server was away, to deliver.
+    backlog: Backlog,
+    /// Wakes the task that delivers backlogs.
+    backlog_kick: Arc<Notify>,
 }
 
 impl<T: Cached> Table<T> {
@@ -292,16 +321,11 @@ impl<T: Cached> Table<T> {
         match loader(Id::from_payload(key)).await {
             Ok(Some(value)) => {
                 if let Some(tier) = &self.tier {
-                    let write = Write::Fill { over_bad };
-                    tier.write(
-                        key,
-                        &version,
-                        &value,
-                        self.l2_ttl_ms(),
-                        write,
-                        &self.counters,
-                    )
-                    .await;
+                    // A fill the server did not take is only a lost chance
+                    // to share it (counted): nothing to deliver later.
+                    let (write, ttl_ms) = (Write::Fill { over_bad }, self.l2_ttl_ms());
+                    let _ =
+                        (tier.write(key, &version, &value, ttl_ms, write, &self.counters)).await;
                 }
                 Ok(Fetched::new(
                     Arc::new(value),
@@ -398,17 +422,17 @@ impl<T: Cached> Table<T> {
             // Our own announcement, when it comes back, is then a repeat.
             self.applied.advance(key, version.payload());
         }
-        if let Some(tier) = &self.tier {
-            tier.write(
-                key,
-                &version,
-                &value,
-                self.l2_ttl_ms(),
-                Write::Put,
-                &self.counters,
-            )
-            .await;
-        }
+        let stored = match &self.tier {
+            Some(tier) => {
+                let ttl_ms = self.l2_ttl_ms();
+                let counters = &self.counters;
+                (tier
+                    .write(key, &version, &value, ttl_ms, Write::Put, counters)
+                    .await)
+                    .is_ok()
+            }
+            None => true,
+        };
         let now = self.clock.now_ms();
         let row = self.row(Some(Arc::new(value)), version.payload(), now);
         self.rows.make_room(now);
@@ -419,42 +443,55 @@ impl<T: Cached> Table<T> {
         drop(declined);
         self.rows.collect_if_due();
         Counters::bump(&self.counters.puts);
-        self.announce(key, &version).await?;
+        self.announce(key, &version, stored).await?;
         Ok(version)
     }
 
     /// Invalidates `key` at `version`: this node's L1 first (a flight under
     /// way will not install), then L2, then the announcement to other nodes.
     pub(crate) async fn invalidate(&self, key: u64, version: &RawId) -> Result<(), Error> {
-        if self.spec.coherence.versioned() {
+        let drop_l2 = async {
+            match &self.tier {
+                Some(tier) => tier.drop(key, version, &self.counters).await.is_ok(),
+                None => true,
+            }
+        };
+        let stored = if self.spec.coherence.versioned() {
             self.applied.advance(key, version.payload());
             self.flights
                 .overtake(key, || self.rows.remove_older(key, Some(version.payload())));
             self.rows.collect_if_due();
-            if let Some(tier) = &self.tier {
-                tier.drop(key, version, &self.counters).await;
-            }
+            drop_l2.await
         } else {
-            // Unversioned: L2 first, so a flight that starts in between reads
-            // L2 after the delete, and one that read it before is overtaken.
-            if let Some(tier) = &self.tier {
-                tier.drop(key, version, &self.counters).await;
-            }
+            // No memory of applied versions: L2 first, so a flight that
+            // starts in between reads the tombstone, and one that read
+            // before it is detached.
+            let stored = drop_l2.await;
             self.flights
                 .overtake(key, || self.rows.remove_older(key, None));
             self.rows.collect_if_due();
-        }
+            stored
+        };
         Counters::bump(&self.counters.invalidations);
-        self.announce(key, version).await
+        self.announce(key, version, stored).await
     }
 
-    /// Tells the other nodes (broadcast, durable); tracking needs nothing:
-    /// the server tells them.
-    async fn announce(&self, key: u64, version: &RawId) -> Result<(), Error> {
+    /// Tells the other nodes (broadcast, durable; tracking needs nothing:
+    /// the server tells them). If that, or the write's L2 part (`stored`),
+    /// failed, the write is kept for delivery once the server is back.
+    async fn announce(&self, key: u64, version: &RawId, stored: bool) -> Result<(), Error> {
         let Some(tier) = &self.tier else {
             return Ok(());
         };
-        match (self.spec.coherence, tier.announce(key, version).await) {
+        let announced = tier.announce(key, version).await;
+        if stored && announced.is_ok() {
+            // It supersedes what an older write of `key` left undelivered.
+            self.backlog.delivered(key, version.payload());
+        } else {
+            self.backlog.keep(key, version.payload());
+            self.backlog_kick.notify_one();
+        }
+        match (self.spec.coherence, announced) {
             (_, Ok(())) => Ok(()),
             (Coherence::Durable, Err(failure)) => Err(Error::NotDelivered {
                 table: self.spec.name,
@@ -465,6 +502,40 @@ impl<T: Cached> Table<T> {
                 Ok(())
             }
         }
+    }
+
+    /// Delivers the writes kept while the server was away, oldest version
+    /// first: each as a conditional L2 drop and an announcement, then a
+    /// table-wide flush if the backlog overflowed. Whether all of it was
+    /// delivered (it stops at the first failure).
+    pub(crate) async fn redeliver(&self) -> bool {
+        let Some(tier) = &self.tier else {
+            return true;
+        };
+        if self.backlog.is_empty() {
+            return true;
+        }
+        let undelivered = self.backlog.undelivered();
+        for (key, version) in undelivered.writes {
+            let version = RawId::new(T::KIND, version);
+            if tier.drop(key, &version, &self.counters).await.is_err()
+                || tier.announce(key, &version).await.is_err()
+            {
+                return false;
+            }
+            self.backlog.delivered(key, version.payload());
+        }
+        if let Some(flush) = undelivered.flush {
+            let version = RawId::new(T::KIND, flush);
+            if tier.drop_older(&version).await.is_err()
+                || tier.announce_flush(&version).await.is_err()
+            {
+                return false;
+            }
+            self.backlog.flushed(flush);
+        }
+        Counters::bump(&self.counters.redeliveries);
+        true
     }
 
     /// Applies an invalidation from another node (or the server): drops the
@@ -488,6 +559,7 @@ impl<T: Cached> Table<T> {
     pub(crate) fn distrust(&self) {
         self.trusted.store(false, Relaxed);
         self.flush();
+        self.readiness.changed();
     }
 
     /// The invalidation channel is (back) up: flights that read during the
@@ -495,6 +567,7 @@ impl<T: Cached> Table<T> {
     pub(crate) fn trust(&self) {
         self.flights
             .overtake_all(|| self.trusted.store(true, Relaxed));
+        self.readiness.changed();
     }
 
     /// Drops every row; no flight under way will install, and the next
@@ -551,6 +624,18 @@ impl<T: Cached> AnyTable for Table<T> {
 
     fn malformed(&self) {
         Counters::bump(&self.counters.malformed_messages);
+    }
+
+    fn trusted(&self) -> bool {
+        self.trusted.load(Relaxed)
+    }
+
+    fn undelivered(&self) -> bool {
+        !self.backlog.is_empty()
+    }
+
+    fn redeliver(&self) -> BoxFuture<'_, bool> {
+        Table::redeliver(self).boxed()
     }
 
     fn info(&self) -> TableInfo {

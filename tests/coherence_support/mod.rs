@@ -145,12 +145,15 @@ pub fn health<T: Cached>(cache: &Cache) -> Health {
         .health
 }
 
-/// Waits until the coherence link of `cache` is up: both tables serve.
+/// Waits until the coherence link of `cache` is up ([`Cache::ready`]):
+/// both tables serve.
 pub async fn linked(cache: &Cache) {
-    eventually("the coherence link is up", async || {
-        health::<Tracked>(cache) == Health::Serving && health::<Broadcast>(cache) == Health::Serving
-    })
-    .await;
+    bounded("the cache to be ready", cache.ready()).await;
+    assert_eq!(
+        (health::<Tracked>(cache), health::<Broadcast>(cache)),
+        (Health::Serving, Health::Serving),
+        "a ready cache serves every table"
+    );
 }
 
 /// The L2 key of `id`.

@@ -68,10 +68,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, Client, Cmd, Pipeline, RedisResult, Value};
+use redis::{AsyncConnectionConfig, Cmd, Pipeline, RedisResult, Value};
 use tokio::sync::watch;
 
 use super::message;
+use crate::l2::Server;
 use crate::table::AnyTable;
 
 /// The first backoff between two sessions; it doubles up to [`MAX_BACKOFF`]
@@ -114,10 +115,10 @@ impl Default for Settings {
     }
 }
 
-/// Runs sessions until `stop`'s sender is dropped. `tables` are the durable
-/// tables of the cache, `node` the stable node name.
+/// Runs sessions on `server` until `stop`'s sender is dropped. `tables` are
+/// the durable tables of the cache, `node` the stable node name.
 pub(crate) async fn run(
-    client: Client,
+    server: Arc<Server>,
     tables: Vec<Arc<dyn AnyTable>>,
     node: String,
     settings: Settings,
@@ -131,7 +132,7 @@ pub(crate) async fn run(
     loop {
         let mut up = false;
         let outcome = tokio::select! {
-            outcome = lane.session(&client, &mut up) => outcome,
+            outcome = lane.session(&server, &mut up) => outcome,
             _ = stop.changed() => return,
         };
         lane.tables.iter().for_each(|table| table.distrust());
@@ -183,7 +184,8 @@ impl Lane {
 
     /// One session: connect, create the groups, catch up, trust, then read
     /// until the connection is lost. Sets `up` once the tables are trusted.
-    async fn session(&mut self, client: &Client, up: &mut bool) -> Result<Infallible, String> {
+    async fn session(&mut self, server: &Server, up: &mut bool) -> Result<Infallible, String> {
+        let client = server.client();
         let deadline = self.settings.deadline;
         let read_deadline = self.settings.block + deadline;
         let config = AsyncConnectionConfig::new()
@@ -223,6 +225,13 @@ impl Lane {
             self.reclaim(&mut connection, index).await?;
         }
         self.catch_up(&mut connection, &newest).await?;
+        // The server is back: what this node's writes could not deliver
+        // while it was away goes out before its tables are trusted (the
+        // delivery task retries what fails here).
+        server.answered();
+        for table in &self.tables {
+            table.redeliver().await;
+        }
         self.tables.iter().for_each(|table| table.trust());
         *up = true;
 
@@ -590,10 +599,7 @@ fn apply_all(table: &dyn AnyTable, entries: &[Entry<'_>]) -> Vec<EntryId> {
         let decoded = field(fields, "m")
             .and_then(bytes)
             .and_then(|m| message::decode(m, kind));
-        match decoded {
-            Some((key, version)) => table.apply(key, Some(version)),
-            None => table.malformed(),
-        }
+        table.receive(decoded);
     }
     if lost {
         table.flush();

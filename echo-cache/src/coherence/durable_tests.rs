@@ -127,6 +127,15 @@ impl AnyTable for Probe {
     fn malformed(&self) {
         self.record(Event::Malformed);
     }
+    fn trusted(&self) -> bool {
+        unimplemented!("not used by the lane")
+    }
+    fn undelivered(&self) -> bool {
+        false
+    }
+    fn redeliver(&self) -> futures_util::future::BoxFuture<'_, bool> {
+        Box::pin(std::future::ready(true))
+    }
     fn into_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync> {
         self
     }
@@ -156,8 +165,15 @@ impl Node {
             .map(|&probe| Arc::clone(probe) as Arc<dyn AnyTable>)
             .collect();
         let (stop, stopped) = watch::channel(());
+        let server = crate::l2::Server::open(
+            &server.url(),
+            None,
+            Duration::from_secs(2),
+            Duration::from_secs(1),
+        )
+        .expect("a valid URL");
         let task = tokio::spawn(run(
-            server.client(),
+            Arc::new(server),
             tables,
             name.to_owned(),
             settings,

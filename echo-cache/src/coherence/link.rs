@@ -19,6 +19,7 @@ use redis::{AsyncConnectionConfig, Client, ProtocolVersion, PushInfo, PushKind, 
 use tokio::sync::{mpsc, watch};
 
 use super::message;
+use crate::l2::Server;
 use crate::spec::Coherence;
 use crate::table::AnyTable;
 
@@ -78,15 +79,15 @@ impl Route {
     }
 }
 
-/// Runs sessions until `stop` is dropped.
+/// Runs sessions on `server` until `stop` is dropped.
 pub(crate) async fn run(
-    client: Client,
+    server: Arc<Server>,
     tables: Vec<Arc<dyn AnyTable>>,
-    current: Arc<Current>,
     settings: Settings,
     mut stop: watch::Receiver<()>,
 ) {
-    let client = match resp3(&client) {
+    let current = server.link();
+    let client = match resp3(server.client()) {
         Ok(client) => client,
         Err(error) => {
             tracing::error!("coherence link: cannot make a RESP3 client: {error}");
@@ -97,7 +98,7 @@ pub(crate) async fn run(
     let mut backoff = Duration::from_millis(10);
     loop {
         let outcome = tokio::select! {
-            outcome = session(&client, &routes, &current, &settings) => outcome,
+            outcome = session(&server, &client, &routes, &settings) => outcome,
             _ = stop.changed() => return,
         };
         current.set(None);
@@ -118,14 +119,16 @@ pub(crate) async fn run(
     }
 }
 
-/// One session: connect, subscribe, trust, then apply pushes until the
-/// connection is lost. Returns why it ended.
+/// One session: connect, subscribe, deliver what the tables kept while the
+/// server was away, trust, then apply pushes until the connection is lost.
+/// Returns why it ended.
 async fn session(
+    server: &Server,
     client: &Client,
     routes: &[Route],
-    current: &Current,
     settings: &Settings,
 ) -> Result<(), String> {
+    let current = server.link();
     let (pushes, mut received) = mpsc::unbounded_channel();
     let config = AsyncConnectionConfig::new()
         .set_push_sender(pushes)
@@ -161,6 +164,13 @@ async fn session(
             .map_err(|e| format!("CLIENT TRACKING: {e}"))?;
     }
     current.set(Some(connection.clone()));
+    // The server is back: what this node's writes could not deliver while
+    // it was away goes out before its tables are trusted (the delivery task
+    // retries what fails here).
+    server.answered();
+    for route in routes {
+        route.table.redeliver().await;
+    }
     for route in routes {
         route.table.trust();
     }
@@ -180,7 +190,7 @@ async fn session(
                 let command = redis::cmd("PING");
                 let reply = command.query_async::<Value>(&mut connection);
                 match tokio::time::timeout(settings.deadline, reply).await {
-                    Ok(Ok(_)) => {}
+                    Ok(Ok(_)) => server.answered(),
                     Ok(Err(e)) => return Err(format!("PING: {e}")),
                     Err(_) => return Err(format!("no PONG within {:?}", settings.deadline)),
                 }
@@ -217,10 +227,9 @@ fn apply(routes: &[Route], push: &PushInfo) {
             else {
                 return;
             };
-            match message::decode(payload, route.table.spec().kind()) {
-                Some((key, version)) => route.table.apply(key, Some(version)),
-                None => route.table.malformed(),
-            }
+            route
+                .table
+                .receive(message::decode(payload, route.table.spec().kind()));
         }
         _ => {}
     }
@@ -233,6 +242,8 @@ fn invalidate_key(routes: &[Route], key: &Value) {
             let table = &route.table;
             match crate::RawId::parse(id) {
                 Ok(id) if id.kind() == table.spec().kind() => table.apply(id.payload(), None),
+                // A writer's table-wide flush (see `backlog`).
+                _ if id == crate::keyspace::EVERY_ID.as_bytes() => table.flush(),
                 _ => table.malformed(),
             }
             return;

@@ -1,12 +1,27 @@
 //! The invalidation message: `<id>:<version>`, 29 ASCII bytes.
 //!
 //! A message about a name: which entity changed, and the version of the
-//! change, so a receiver can apply it newer-wins and idempotently.
+//! change, so a receiver can apply it newer-wins and idempotently. A
+//! table-wide flush (a writer lost track of what it could not deliver, see
+//! `backlog`) names no id: its id field is the table's kind and eleven
+//! `*`, which no id can be.
 
 use crate::id::{ID_LEN, Kind, RawId};
 
 /// Length of a message.
 pub(crate) const LEN: usize = 2 * ID_LEN + 1;
+
+/// The id field of a flush, after the kind.
+const EVERY_ID: [u8; ID_LEN - 3] = [b'*'; ID_LEN - 3];
+
+/// What a well-formed message says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Message {
+    /// The row of `key` changed at `version`.
+    Row { key: u64, version: u64 },
+    /// Every row older than `version` may be stale.
+    Flush { version: u64 },
+}
 
 pub(crate) fn encode(id: &RawId, version: &RawId) -> [u8; LEN] {
     let mut message = [b':'; LEN];
@@ -15,15 +30,33 @@ pub(crate) fn encode(id: &RawId, version: &RawId) -> [u8; LEN] {
     message
 }
 
-/// The id and version payloads of `message`, if it is a well-formed message
-/// about an id of `kind`.
-pub(crate) fn decode(message: &[u8], kind: Kind) -> Option<(u64, u64)> {
+/// The message of a table-wide flush at `version`.
+pub(crate) fn encode_flush(version: &RawId) -> [u8; LEN] {
+    let mut message = encode(version, version);
+    message[3..ID_LEN].copy_from_slice(&EVERY_ID);
+    message
+}
+
+/// What `message` says, if it is a well-formed message about the table of
+/// `kind`: an id of `kind` (or all of them) at a version of `kind` (a
+/// table's versions are of its kind, as in its L2 frames).
+pub(crate) fn decode(message: &[u8], kind: Kind) -> Option<Message> {
     if message.len() != LEN || message[ID_LEN] != b':' {
         return None;
     }
-    let id = RawId::parse(&message[..ID_LEN]).ok()?;
     let version = RawId::parse(&message[ID_LEN + 1..]).ok()?;
-    (id.kind() == kind).then_some((id.payload(), version.payload()))
+    if version.kind() != kind {
+        return None;
+    }
+    let version = version.payload();
+    if message[..3] == *kind.as_str().as_bytes() && message[3..ID_LEN] == EVERY_ID {
+        return Some(Message::Flush { version });
+    }
+    let id = RawId::parse(&message[..ID_LEN]).ok()?;
+    (id.kind() == kind).then_some(Message::Row {
+        key: id.payload(),
+        version,
+    })
 }
 
 #[cfg(test)]
@@ -36,8 +69,11 @@ mod tests {
         let (id, version) = (RawId::new(kind, 5), RawId::new(kind, 9));
         let message = encode(&id, &version);
         assert_eq!(message.len(), 29);
-        assert_eq!(decode(&message, kind), Some((5, 9)));
+        let row = Message::Row { key: 5, version: 9 };
+        assert_eq!(decode(&message, kind), Some(row));
         assert_eq!(decode(&message, Kind::new("GAM")), None, "another kind");
+        let other = encode(&id, &RawId::new(Kind::new("ZZZ"), 9));
+        assert_eq!(decode(&other, kind), None, "a version of another kind");
         assert_eq!(decode(&message[..28], kind), None);
         let mut bad = message;
         bad[14] = b'-';
@@ -46,5 +82,14 @@ mod tests {
         bad[20] = b'!';
         assert_eq!(decode(&bad, kind), None);
         assert_eq!(decode(b"", kind), None);
+    }
+
+    #[test]
+    fn a_flush_names_every_id_of_its_table() {
+        let kind = Kind::new("SES");
+        let flush = encode_flush(&RawId::new(kind, 9));
+        assert_eq!(&flush[..15], b"SES***********:");
+        assert_eq!(decode(&flush, kind), Some(Message::Flush { version: 9 }));
+        assert_eq!(decode(&flush, Kind::new("GAM")), None, "another table's");
     }
 }

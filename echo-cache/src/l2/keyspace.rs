@@ -55,6 +55,22 @@ pub fn stream(table: &TableSpec) -> String {
     format!("{}log", prefix(table))
 }
 
+/// The key by which a process claims node number `node` for the versions
+/// it mints (see [node numbers](crate::Minter#node-numbers)): it holds the
+/// process's token while the claim lives.
+///
+/// ```
+/// assert_eq!(echo_cache::keyspace::node_claim(7), "ecc:node:7");
+/// ```
+#[must_use]
+pub fn node_claim(node: u16) -> String {
+    format!("ecc:node:{node}")
+}
+
+/// What follows a tracking table's prefix in the key a writer sets to flush
+/// the table on every node (no id is `*`).
+pub(crate) const EVERY_ID: &str = "*";
+
 /// The cluster slot of `key`: CRC16 (XMODEM) of its hashtag (or of the
 /// whole key when it has none), modulo 16384, as `CLUSTER KEYSLOT` computes.
 ///

@@ -12,6 +12,7 @@
 //! queued.
 
 mod breaker;
+pub(crate) mod claim;
 mod codec;
 mod frame;
 pub mod keyspace;
@@ -105,6 +106,29 @@ impl Server {
     /// Whether the breaker is refusing operations now.
     pub(crate) fn is_down(&self) -> bool {
         self.breaker.is_open()
+    }
+
+    /// The server answered on another connection (the coherence lanes'):
+    /// it is back, whatever the breaker thought.
+    pub(crate) fn answered(&self) {
+        self.breaker.success();
+    }
+
+    /// Sends a PING whatever the breaker says (feeding it the outcome):
+    /// whether the server answered. For a task that must know as soon as
+    /// the server is back; it is one attempt, bounded by the timeout.
+    pub(crate) async fn probe(&self) -> bool {
+        let ping = async {
+            let mut connection = self.connection().await?;
+            redis::cmd("PING").query_async::<()>(&mut connection).await
+        };
+        let answered = matches!(tokio::time::timeout(self.timeout, ping).await, Ok(Ok(())));
+        if answered {
+            self.breaker.success();
+        } else {
+            self.breaker.failure();
+        }
+        answered
     }
 
     /// Runs `cmd`, within the timeout, unless the breaker refuses.

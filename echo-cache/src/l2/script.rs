@@ -38,3 +38,22 @@ redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return 1"
     ))
 });
+
+/// For each key of `KEYS` whose value has a version older than `ARGV[1]`'s
+/// (a tombstone), `SET key ARGV[1] PX ARGV[2]`: a table-wide invalidation
+/// at `ARGV[1]`, batch by batch. Keys that are not frames (a stream, a key
+/// of another type) are left alone. Returns how many it wrote.
+pub(crate) static DROP_OLDER: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&format!(
+        "{CURRENT_VERSION}
+local written = 0
+for _, key in ipairs(KEYS) do
+  local current = current_version(key)
+  if current and current < string.sub(ARGV[1], 4, 14) then
+    redis.call('SET', key, ARGV[1], 'PX', ARGV[2])
+    written = written + 1
+  end
+end
+return written"
+    ))
+});

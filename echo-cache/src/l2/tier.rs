@@ -28,7 +28,7 @@ use std::time::Duration;
 use redis::Cmd;
 
 use super::frame::{self, Frame, HEADER};
-use super::script::WRITE_IF_NEWER;
+use super::script::{DROP_OLDER, WRITE_IF_NEWER};
 use super::{Codec, Failure, Lane, Server, Warning, keyspace};
 use crate::coherence::message;
 use crate::id::RawId;
@@ -177,7 +177,8 @@ impl<T: Cached> Tier<T> {
 
     /// Writes `value` under `version` for `ttl_ms` if no newer version is
     /// there, unless it is larger than `max_value_bytes`: then it is only
-    /// kept in L1 (counted as oversized).
+    /// kept in L1 (counted as oversized). Fails only if the server did not
+    /// take it (counted as dropped); a frame it chose not to write is `Ok`.
     pub(crate) async fn write(
         &self,
         key: u64,
@@ -186,10 +187,10 @@ impl<T: Cached> Tier<T> {
         ttl_ms: u64,
         write: Write,
         counters: &Counters,
-    ) {
+    ) -> Result<(), Failure> {
         if write != Write::Put && self.too_old(version) {
             Counters::bump(&counters.l2_writes_dropped);
-            return;
+            return Ok(());
         }
         let body = match self.codec.encode(value) {
             Ok(body) => body,
@@ -202,12 +203,12 @@ impl<T: Cached> Tier<T> {
                         "cannot encode a value for L2: {error}"
                     );
                 });
-                return;
+                return Ok(());
             }
         };
         if HEADER + body.len() > self.max_value_bytes {
             Counters::bump(&counters.oversized);
-            return;
+            return Ok(());
         }
         let frame = frame::encode(version, self.schema, &body);
         let how = match (self.spec.coherence(), write) {
@@ -215,27 +216,86 @@ impl<T: Cached> Tier<T> {
             _ => How::Versioned,
         };
         self.put_frame(key, &frame, ttl_ms.max(1), how, counters)
-            .await;
+            .await
     }
 
     /// Drops `key`: leaves a tombstone of `version` unless a newer value is
-    /// there.
-    pub(crate) async fn drop(&self, key: u64, version: &RawId, counters: &Counters) {
-        let ttl_ms = u64::try_from(self.tombstone_ttl.as_millis()).unwrap_or(u64::MAX);
+    /// there. Fails if the server did not take it (counted as dropped).
+    pub(crate) async fn drop(
+        &self,
+        key: u64,
+        version: &RawId,
+        counters: &Counters,
+    ) -> Result<(), Failure> {
         let tombstone = version.to_bytes();
-        self.put_frame(key, &tombstone, ttl_ms.max(1), How::Versioned, counters)
-            .await;
+        self.put_frame(
+            key,
+            &tombstone,
+            self.tombstone_ttl_ms(),
+            How::Versioned,
+            counters,
+        )
+        .await
+    }
+
+    /// Drops every frame of the table older than `version`, leaving
+    /// tombstones of `version` in their place: a table-wide invalidation,
+    /// for the writes a node could not keep track of (see `backlog`). Scans
+    /// the table's keys in batches, each checked and written by one script.
+    pub(crate) async fn drop_older(&self, version: &RawId) -> Result<(), Failure> {
+        let pattern = format!("{}*", self.prefix);
+        let (tombstone, ttl) = (version.to_bytes(), self.tombstone_ttl_ms().to_string());
+        let mut cursor = 0_u64;
+        loop {
+            let mut scan = Cmd::new();
+            scan.arg("SCAN").arg(cursor).arg("MATCH").arg(&pattern);
+            scan.arg("COUNT").arg(1_000);
+            let (next, keys): (u64, Vec<Vec<u8>>) = self.server.query(self.lane(), scan).await?;
+            if !keys.is_empty() {
+                let keys: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+                let args: [&[u8]; 2] = [&tombstone, ttl.as_bytes()];
+                self.server
+                    .eval::<i64>(self.lane(), &DROP_OLDER, &keys, &args)
+                    .await?;
+            }
+            if next == 0 {
+                return Ok(());
+            }
+            cursor = next;
+        }
+    }
+
+    /// Tells the other nodes that every row of the table older than
+    /// `version` may be stale: a flush message (`broadcast`, `durable`), or
+    /// a write of the table's flush key, which the server pushes to every
+    /// tracking node (`tracking`).
+    pub(crate) async fn announce_flush(&self, version: &RawId) -> Result<(), Failure> {
+        if self.spec.coherence() == Coherence::Tracking {
+            let mut set = Cmd::new();
+            set.arg("SET")
+                .arg(format!("{}{}", self.prefix, keyspace::EVERY_ID));
+            set.arg(&version.to_bytes()[..])
+                .arg("PX")
+                .arg(self.tombstone_ttl_ms());
+            return self.server.query(self.lane(), set).await;
+        }
+        self.send(&message::encode_flush(version)).await
     }
 
     /// Tells the other nodes that `key` changed at `version`: a message on
     /// the table's channel (`broadcast`) or in its stream (`durable`).
     pub(crate) async fn announce(&self, key: u64, version: &RawId) -> Result<(), Failure> {
-        let message = message::encode(&RawId::new(T::KIND, key), version);
+        self.send(&message::encode(&RawId::new(T::KIND, key), version))
+            .await
+    }
+
+    /// Sends `message` on the table's channel or stream, if it has one.
+    async fn send(&self, message: &[u8]) -> Result<(), Failure> {
         let command = match self.spec.coherence() {
             Coherence::Broadcast => Cmd::new()
                 .arg("PUBLISH")
                 .arg(keyspace::channel(self.spec))
-                .arg(&message[..])
+                .arg(message)
                 .clone(),
             Coherence::Durable => Cmd::new()
                 .arg("XADD")
@@ -245,7 +305,7 @@ impl<T: Cached> Tier<T> {
                 .arg(STREAM_MAXLEN)
                 .arg("*")
                 .arg("m")
-                .arg(&message[..])
+                .arg(message)
                 .clone(),
             _ => return Ok(()),
         };
@@ -255,7 +315,14 @@ impl<T: Cached> Tier<T> {
             .map(drop)
     }
 
-    async fn put_frame(&self, key: u64, frame: &[u8], ttl_ms: u64, how: How, counters: &Counters) {
+    async fn put_frame(
+        &self,
+        key: u64,
+        frame: &[u8],
+        ttl_ms: u64,
+        how: How,
+        counters: &Counters,
+    ) -> Result<(), Failure> {
         let key = self.key(key);
         let written = if how == How::Versioned {
             let ttl = ttl_ms.to_string();
@@ -279,9 +346,16 @@ impl<T: Cached> Tier<T> {
                 .await
                 .map(drop)
         };
-        if let Err(failure) = written {
-            self.dropped_write(&failure, counters);
+        if let Err(failure) = &written {
+            self.dropped_write(failure, counters);
         }
+        written
+    }
+
+    fn tombstone_ttl_ms(&self) -> u64 {
+        u64::try_from(self.tombstone_ttl.as_millis())
+            .unwrap_or(u64::MAX)
+            .max(1)
     }
 
     /// Whether a fill minted `version` so long ago that a tombstone that
