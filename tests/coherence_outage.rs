@@ -274,3 +274,47 @@ async fn the_outage_soak_serves_no_write_older_than_the_recovery_bound() {
         &stale[..stale.len().min(5)]
     );
 }
+
+/// A server that comes back is used again at once: the coherence link
+/// reaches it and closes the L2 breaker, rather than every fetch skipping
+/// L2 until the breaker's next probe (a minute away here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_breaker_closes_as_soon_as_the_link_is_back() {
+    let server = RedisServer::start();
+    let sor = Sor::default();
+    let cache = with_loaders(
+        builder(&server)
+            .l2_timeout(L2_TIMEOUT)
+            .l2_probe_every(Duration::from_secs(60)),
+        &sor,
+    )
+    .build()
+    .expect("cache builds");
+    linked(&cache).await;
+
+    server.kill();
+    eventually("the breaker to open", async || {
+        cache
+            .fetch(Id::<Broadcast>::mint())
+            .await
+            .expect("the loader answers");
+        coherence_support::health::<Broadcast>(&cache) == echo_cache::Health::L2Down
+    })
+    .await;
+    server.restart();
+    eventually(
+        "the breaker to close, long before its next probe",
+        async || coherence_support::health::<Broadcast>(&cache) == echo_cache::Health::Serving,
+    )
+    .await;
+    let id = Id::<Broadcast>::mint();
+    cache.fetch(id).await.expect("a fill");
+    let errors = cache.stats::<Broadcast>().l2_errors;
+    let c = node(&server, &sor);
+    assert_eq!(
+        c.fetch(id).await.expect("an L2 hit").source(),
+        echo_cache::Source::L2,
+        "the fill was written to L2"
+    );
+    assert_eq!(cache.stats::<Broadcast>().l2_errors, errors);
+}

@@ -61,8 +61,9 @@ impl<T> Fetched<T> {
 
 impl<T: Cached> Fetched<T> {
     /// The version of the value: an id of the table's kind, minted when the
-    /// value was written (or the entity's own id, for tables with coherence
-    /// `none`, whose entities never change).
+    /// value was written: by the fill that loaded it (just before it read
+    /// the system of record) or by the [`put`](crate::Cache::put) that
+    /// wrote it.
     #[must_use]
     pub fn version(&self) -> RawId {
         RawId::new(T::KIND, self.version)

@@ -44,7 +44,12 @@
 //!   table's invalidations is lost (closed, killed, or silent past its
 //!   PING deadline), the table's L1 is flushed and its reads bypass L1 until
 //!   the channel is back.
-//! - Malformed messages are dropped and counted, never a panic.
+//! - *Writes reach the other nodes after an outage*: a write whose L2 drop
+//!   or announcement failed is kept by its table and delivered, newer-wins,
+//!   once the server answers (see `backlog`); a lane that reconnects
+//!   delivers its tables' backlogs before it trusts them again.
+//! - Malformed messages (a wrong shape, an id or a version of another
+//!   kind) are dropped and counted, never a panic.
 //!
 //! # Tracking: why a GET reply and an invalidation push cannot cross
 //!
@@ -67,10 +72,14 @@
 //! benchmark measures it). The stale-read checker
 //! (`tests/coherence_races.rs`) holds both modes to **D = 100 ms**: no read
 //! that begins more than D after a write was acknowledged returns a value
-//! that write replaced. Two things stretch the bound:
+//! that write replaced. Three things stretch the bound:
 //!
-//! - a read that joins a flight started before the write gets what that
-//!   flight read (the flight does not install it): add the longest fill;
+//! - a read on another node that joins a flight started there before the
+//!   write's message arrived gets what that flight read (the message
+//!   detaches the flight, so it installs nothing and later reads start
+//!   afresh): add the longest fill;
+//! - a write acknowledged while the server was away is delivered when it
+//!   is back (see the crate docs' "Convergence after an outage");
 //! - a link that dies silently (half-open) delivers nothing until it is
 //!   given up, within `2 × coherence_ping_every` (the next PING goes out at
 //!   most one interval later and waits one more for its PONG); until then

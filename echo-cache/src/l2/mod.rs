@@ -8,8 +8,9 @@
 //!
 //! L2 never fails a fetch: an operation that errs, times out or is refused by
 //! the open breaker is counted (`l2_errors`, `l2_writes_dropped`) and the
-//! fetch goes on to the loader. Writes during an outage are dropped, never
-//! queued.
+//! fetch goes on to the loader. A write the server did not take reports it
+//! to its table, which keeps a put's or an invalidation's for delivery once
+//! the server is back (`backlog`), and forgets a fill's.
 
 mod breaker;
 pub(crate) mod claim;
