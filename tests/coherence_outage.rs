@@ -318,3 +318,56 @@ async fn the_breaker_closes_as_soon_as_the_link_is_back() {
     );
     assert_eq!(cache.stats::<Broadcast>().l2_errors, errors);
 }
+
+/// Past its backlog limit a node keeps one table-wide invalidation: once
+/// the server is back, every frame of the table older than it is replaced
+/// by a tombstone (a row nobody wrote included) and every write is read
+/// everywhere.
+async fn past_the_backlog_limit<T: Entity>() {
+    let server = RedisServer::start();
+    let sor = Sor::default();
+    let limited = |sor: &Sor| {
+        let builder = builder(&server).l2_timeout(L2_TIMEOUT).backlog_limit(4);
+        with_loaders(builder, sor).build().expect("cache builds")
+    };
+    let (a, b) = (limited(&sor), limited(&sor));
+    linked(&a).await;
+    linked(&b).await;
+    let written: Vec<Id<T>> = (0..10).map(|_| Id::mint()).collect();
+    let bystander = Id::<T>::mint();
+    for &id in written.iter().chain([&bystander]) {
+        b.fetch(id).await.unwrap();
+    }
+
+    server.pause();
+    for &id in &written {
+        sor.bump(id.raw());
+        bounded("a write", a.invalidate(id))
+            .await
+            .expect("acknowledged");
+    }
+    server.resume();
+
+    for &id in &written {
+        reads(&b, id, 1, "B reads every write").await;
+    }
+    let mut raw = server.connection().await;
+    eventually("the bystander's frame to be invalidated", async || {
+        matches!(
+            coherence_support::l2_row(&mut raw, bystander).await,
+            coherence_support::Row::Tombstone(_)
+        )
+    })
+    .await;
+    assert!(a.stats::<T>().redeliveries > 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_the_backlog_limit_a_table_wide_invalidation_is_delivered_broadcast() {
+    past_the_backlog_limit::<Broadcast>().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_the_backlog_limit_a_table_wide_invalidation_is_delivered_tracking() {
+    past_the_backlog_limit::<Tracked>().await;
+}

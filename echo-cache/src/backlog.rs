@@ -5,7 +5,7 @@
 //! its L2 conditional drop and its announcement to the other nodes (a
 //! message, or the server's tracking push) may fail while the server is
 //! away. The table then keeps the write here: the newest version per id,
-//! at most [`Backlog::LIMIT`] ids. When the server answers again, the
+//! at most [`Builder::backlog_limit`](crate::Builder::backlog_limit) ids. When the server answers again, the
 //! backlog is delivered in version order, each id as a conditional L2 drop
 //! (a tombstone of its version) and an announcement, newer-wins everywhere,
 //! so a write delivered late never undoes a newer one. Past the limit the
@@ -28,11 +28,12 @@ pub(crate) struct Undelivered {
     pub(crate) flush: Option<u64>,
 }
 
-#[derive(Default)]
 pub(crate) struct Backlog {
     kept: Mutex<Kept>,
     /// Whether anything is kept: read without the lock on every write.
     any: AtomicBool,
+    /// Ids kept at most; past it, a table-wide flush.
+    limit: usize,
 }
 
 #[derive(Default)]
@@ -42,13 +43,19 @@ struct Kept {
 }
 
 impl Backlog {
-    /// Ids a backlog keeps at most; past it, a table-wide flush.
-    pub(crate) const LIMIT: usize = 100_000;
+    /// A backlog that keeps at most `limit` ids.
+    pub(crate) fn new(limit: usize) -> Backlog {
+        Backlog {
+            kept: Mutex::default(),
+            any: AtomicBool::new(false),
+            limit,
+        }
+    }
 
     /// Keeps the write of `key` at `version` (the newest per id).
     pub(crate) fn keep(&self, key: u64, version: u64) {
         let mut kept = self.lock();
-        let room = kept.newest.len() < Self::LIMIT;
+        let room = kept.newest.len() < self.limit;
         match kept.newest.entry(key) {
             Entry::Occupied(mut newest) => *newest.get_mut() = (*newest.get()).max(version),
             Entry::Vacant(vacant) if room => drop(vacant.insert(version)),
@@ -120,7 +127,7 @@ mod tests {
 
     #[test]
     fn keeps_the_newest_write_per_id_in_version_order() {
-        let backlog = Backlog::default();
+        let backlog = Backlog::new(10);
         assert!(backlog.is_empty());
         backlog.keep(1, 30);
         backlog.keep(2, 10);
@@ -142,14 +149,14 @@ mod tests {
 
     #[test]
     fn past_the_limit_it_keeps_a_flush() {
-        let backlog = Backlog::default();
-        for key in 0..Backlog::LIMIT as u64 + 2 {
+        let backlog = Backlog::new(10);
+        for key in 0..12 {
             backlog.keep(key, key + 1);
         }
         let undelivered = backlog.undelivered();
-        assert_eq!(undelivered.writes.len(), Backlog::LIMIT);
-        assert_eq!(undelivered.flush, Some(Backlog::LIMIT as u64 + 2));
-        backlog.flushed(Backlog::LIMIT as u64 + 2);
+        assert_eq!(undelivered.writes.len(), 10);
+        assert_eq!(undelivered.flush, Some(12));
+        backlog.flushed(12);
         for (key, version) in undelivered.writes {
             backlog.delivered(key, version);
         }

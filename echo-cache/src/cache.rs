@@ -308,6 +308,7 @@ pub struct Builder {
     tombstone_ttl: Duration,
     coherence_ping_every: Duration,
     node_name: Option<String>,
+    backlog_limit: usize,
 }
 
 impl Default for Builder {
@@ -327,6 +328,7 @@ impl Default for Builder {
             tombstone_ttl: Builder::DEFAULT_TOMBSTONE_TTL,
             coherence_ping_every: Builder::DEFAULT_COHERENCE_PING_EVERY,
             node_name: None,
+            backlog_limit: Builder::DEFAULT_BACKLOG_LIMIT,
         }
     }
 }
@@ -349,6 +351,10 @@ impl Builder {
     /// otherwise.
     pub const DEFAULT_TOMBSTONE_TTL: Duration = Duration::from_secs(60);
 
+    /// How many ids a table keeps for delivery while the server is away,
+    /// unless told otherwise.
+    pub const DEFAULT_BACKLOG_LIMIT: usize = 100_000;
+
     /// How often the coherence link checks that its connection is alive,
     /// unless told otherwise; a PING unanswered for as long loses the link.
     pub const DEFAULT_COHERENCE_PING_EVERY: Duration = Duration::from_millis(500);
@@ -362,6 +368,20 @@ impl Builder {
     #[must_use]
     pub fn coherence_ping_every(mut self, every: Duration) -> Builder {
         self.coherence_ping_every = every;
+        self
+    }
+
+    /// How many ids each table keeps while the L2 server is away
+    /// ([`DEFAULT_BACKLOG_LIMIT`](Self::DEFAULT_BACKLOG_LIMIT) unless set):
+    /// a `put` or `invalidate` whose L2 part or announcement the server did
+    /// not take is kept (the newest version per id, at most 40 bytes an id)
+    /// and delivered, in version order, once the server is back. Past the
+    /// limit, a table keeps one table-wide invalidation instead: when it is
+    /// delivered every node flushes the table's L1, and every L2 frame of
+    /// the table older than it is replaced by a tombstone.
+    #[must_use]
+    pub fn backlog_limit(mut self, ids: usize) -> Builder {
+        self.backlog_limit = ids;
         self
     }
 
@@ -587,6 +607,7 @@ impl Builder {
             runtime,
             readiness: Arc::clone(&readiness),
             backlog_kick: Arc::default(),
+            backlog_limit: self.backlog_limit,
             loaders: Mutex::new(self.loaders),
             l2: l2.map(Arc::new),
             max_value_bytes: self.max_value_bytes,

@@ -70,6 +70,8 @@ pub(crate) struct Shared {
     pub(crate) readiness: Arc<Readiness>,
     /// Wakes the task that delivers the tables' backlogs.
     pub(crate) backlog_kick: Arc<Notify>,
+    /// Ids a table's backlog keeps at most.
+    pub(crate) backlog_limit: usize,
     /// Codecs other than the default, by `TypeId`, each an `Arc<dyn Codec<T>>`.
     pub(crate) codecs: Mutex<HashMap<TypeId, Box<dyn Any + Send>>>,
 }
@@ -156,7 +158,7 @@ pub(crate) fn open<T: Cached>(decl: &'static Declaration, shared: &Shared) -> Ar
         trusted: AtomicBool::new(!coherent),
         applied: Applied::new(),
         readiness: Arc::clone(&shared.readiness),
-        backlog: Backlog::default(),
+        backlog: Backlog::new(shared.backlog_limit),
         backlog_kick: Arc::clone(&shared.backlog_kick),
     })
 }
