@@ -65,7 +65,7 @@ pub(crate) enum Write {
 enum How {
     /// `SET … PX NX`: a tracking table's fill. The server does not echo a
     /// plain command back to the connection that sent it (`NOLOOP`), but it
-    /// does echo a script's writes (Redis 7.0), and a node's own fills must
+    /// does echo a script's writes (Redis 7.0, Valkey 8.0), and a node's own fills must
     /// not evict its own rows; NX never overwrites a frame or a tombstone,
     /// newer or not, so it is as safe as the script for a fill.
     Vacant,
