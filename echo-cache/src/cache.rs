@@ -14,14 +14,16 @@ use futures_util::FutureExt;
 use tokio::runtime::Handle;
 use tokio::sync::{Notify, watch};
 
+use crate::claim;
 use crate::clock::Clock;
-use crate::coherence::{durable, link};
+use crate::coherence::{Target, durable, link};
+use crate::connections::{self, Server};
 use crate::directory::{self, DECLARATIONS, Declaration};
 use crate::error::{BoxError, Error};
 use crate::fetch::Fetch;
 use crate::id::{Id, RawId};
 use crate::l1;
-use crate::l2::{self, Codec};
+use crate::l2::Codec;
 use crate::mint::Minter;
 use crate::roster::{Readiness, TableInfo};
 use crate::spec::{Cached, Coherence, TableSpec};
@@ -595,7 +597,7 @@ impl Builder {
             .l2_url
             .map(|url| {
                 let tls_root = self.l2_tls_root.as_deref();
-                l2::Server::open(&url, tls_root, self.l2_timeout, self.l2_probe_every)
+                connections::Server::open(&url, tls_root, self.l2_timeout, self.l2_probe_every)
             })
             .transpose()?;
         let runtime = self.runtime.or_else(|| Handle::try_current().ok());
@@ -764,7 +766,7 @@ fn node_name_fault(name: &str) -> Option<String> {
 /// the coherence lanes that carry other nodes' invalidations to its tables.
 struct Lanes {
     tables: Vec<Arc<dyn AnyTable>>,
-    server: Arc<l2::Server>,
+    server: Arc<Server>,
     link: link::Settings,
     /// The node's name, for the consumer groups of durable tables.
     node_name: String,
@@ -781,7 +783,7 @@ impl Lanes {
         if let Some(runtime) = runtime {
             let (server, stop) = (&self.server, self.stop.clone());
             let readiness = Arc::clone(&self.readiness);
-            runtime.spawn(l2::claim::keep(Arc::clone(server), readiness, stop));
+            runtime.spawn(claim::keep(Arc::clone(server), readiness, stop));
             runtime.spawn(deliver(
                 self.tables.clone(),
                 Arc::clone(server),
@@ -789,11 +791,11 @@ impl Lanes {
                 self.stop.clone(),
             ));
         }
-        let of = |modes: &[Coherence]| -> Vec<Arc<dyn AnyTable>> {
+        let of = |modes: &[Coherence]| -> Vec<Arc<dyn Target>> {
             let tables = self.tables.iter();
             tables
                 .filter(|t| modes.contains(&t.spec().coherence()))
-                .cloned()
+                .map(|t| Arc::clone(t) as Arc<dyn Target>)
                 .collect()
         };
         let linked = of(&[Coherence::Tracking, Coherence::Broadcast]);
@@ -839,7 +841,7 @@ const REDELIVER_EVERY: Duration = Duration::from_millis(100);
 /// interval of the server's return.
 async fn deliver(
     tables: Vec<Arc<dyn AnyTable>>,
-    server: Arc<l2::Server>,
+    server: Arc<Server>,
     kick: Arc<Notify>,
     mut stop: watch::Receiver<()>,
 ) {

@@ -231,8 +231,10 @@
 
 mod backlog;
 mod cache;
+mod claim;
 mod clock;
 mod coherence;
+mod connections;
 mod directory;
 mod epoch;
 mod error;
@@ -240,6 +242,7 @@ mod fetch;
 mod fetched;
 mod flight;
 mod id;
+pub mod keyspace;
 mod l1;
 mod l2;
 mod mint;
@@ -256,7 +259,7 @@ pub use error::{BoxError, Error};
 pub use fetch::Fetch;
 pub use fetched::{Fetched, Source};
 pub use id::{ID_LEN, Id, IdError, Kind, RawId, newer};
-pub use l2::{Codec, Postcard, keyspace};
+pub use l2::{Codec, Postcard};
 pub use mint::{EPOCH_MS, MAX_NODE, Minter};
 pub use roster::{Health, TableInfo};
 pub use spec::{Cached, Coherence, TableSpec};

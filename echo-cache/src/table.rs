@@ -33,8 +33,8 @@ use tokio::sync::{Notify, watch};
 
 use crate::backlog::Backlog;
 use crate::clock::Clock;
-use crate::coherence::Applied;
-use crate::coherence::message::Message;
+use crate::coherence::{Announcer, Applied, Target};
+use crate::connections::Server;
 use crate::directory::Declaration;
 use crate::epoch;
 use crate::error::{BoxError, Error};
@@ -42,7 +42,7 @@ use crate::fetched::{Fetched, Source};
 use crate::flight::{Flights, Joined};
 use crate::id::{Id, RawId};
 use crate::l1::{self, Live, Row, Rows};
-use crate::l2::{self, Codec, Found, Postcard, Tier, Write};
+use crate::l2::{Codec, Found, Postcard, Tier, Write};
 use crate::mint::Minter;
 use crate::roster::{Health, Readiness, TableInfo};
 use crate::spec::{Cached, Coherence, TableSpec};
@@ -62,7 +62,7 @@ pub(crate) struct Shared {
     /// Loaders by the `TypeId` of their `T`, each a boxed [`Loader<T>`].
     pub(crate) loaders: Mutex<HashMap<TypeId, Box<dyn Any + Send>>>,
     /// The L2 server, if the cache has one.
-    pub(crate) l2: Option<Arc<l2::Server>>,
+    pub(crate) l2: Option<Arc<Server>>,
     pub(crate) max_value_bytes: usize,
     pub(crate) tombstone_ttl: Duration,
     /// The deadline of a flight, unless its table declares one.
@@ -89,38 +89,18 @@ impl Shared {
 }
 
 /// The operations of a table that do not depend on its type.
-pub(crate) trait AnyTable: Send + Sync {
-    fn spec(&self) -> &'static TableSpec;
+/// The operations of a table that do not depend on its type; those the
+/// coherence lanes use are [`Target`]'s.
+pub(crate) trait AnyTable: Target {
     fn info(&self) -> TableInfo;
     fn sweep(&self);
     /// Frees what L1's writers removed, once no reader can hold it.
     fn collect(&self);
-    /// Drops every row; no flight under way will install.
-    fn flush(&self);
-    /// Applies an invalidation of `key` (at `version`, if it has one).
-    fn apply(&self, key: u64, version: Option<u64>);
-    /// The invalidation channel is lost: flush and bypass L1.
-    fn distrust(&self);
-    /// The invalidation channel is up: use L1 again.
-    fn trust(&self);
-    /// Counts a malformed invalidation message, which was dropped.
-    fn malformed(&self);
     /// Whether L1 is trusted: the table's invalidation channel, if it
     /// needs one, is up.
     fn trusted(&self) -> bool;
     /// Whether writes wait for delivery (see [`Backlog`]).
     fn undelivered(&self) -> bool;
-    /// Delivers them; whether all were.
-    fn redeliver(&self) -> BoxFuture<'_, bool>;
-    /// Applies a message of another node: an invalidation of a row, or a
-    /// table-wide flush; counts one that is not well-formed (`None`).
-    fn receive(&self, message: Option<Message>) {
-        match message {
-            Some(Message::Row { key, version }) => self.apply(key, Some(version)),
-            Some(Message::Flush { .. }) => self.flush(),
-            None => self.malformed(),
-        }
-    }
     fn into_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync>;
 }
 
@@ -138,6 +118,10 @@ pub(crate) fn open<T: Cached>(decl: &'static Declaration, shared: &Shared) -> Ar
             shared.tombstone_ttl,
         )
     });
+    let announcer = shared
+        .l2
+        .as_ref()
+        .map(|server| Announcer::new(Arc::clone(server), &decl.spec, shared.tombstone_ttl));
     // A coherent table trusts L1 only once its invalidation channel is up.
     let coherent = tier.is_some() && decl.spec.coherence.versioned();
     let load_timeout = decl
@@ -154,6 +138,7 @@ pub(crate) fn open<T: Cached>(decl: &'static Declaration, shared: &Shared) -> Ar
         clock: shared.clock.clone(),
         loader,
         tier,
+        announcer,
         runtime: shared.runtime.clone(),
         trusted: AtomicBool::new(!coherent),
         applied: Applied::new(),
@@ -174,6 +159,8 @@ pub(crate) struct Table<T> {
     clock: Clock,
     loader: Option<Loader<T>>,
     tier: Option<Tier<T>>,
+    /// How this node tells the others of its writes (with L2 only).
+    announcer: Option<Announcer>,
     runtime: Option<Handle>,
     /// Whether L1 may keep rows. False while the invalidation channel of a
     /// coherent table is down: L1 is then empty (flushed when the channel
@@ -482,18 +469,18 @@ impl<T: Cached> Table<T> {
     /// the server tells them). If that, or the write's L2 part (`stored`),
     /// failed, the write is kept for delivery once the server is back.
     async fn announce(&self, key: u64, version: &RawId, stored: bool) -> Result<(), Error> {
-        let Some(tier) = &self.tier else {
+        let Some(announcer) = &self.announcer else {
             return Ok(());
         };
-        let announced = tier.announce(key, version).await;
-        if stored && announced.is_ok() {
+        let sent = announcer.row(key, version).await;
+        if stored && sent.is_ok() {
             // It supersedes what an older write of `key` left undelivered.
             self.backlog.delivered(key, version.payload());
         } else {
             self.backlog.keep(key, version.payload());
             self.backlog_kick.notify_one();
         }
-        match (self.spec.coherence, announced) {
+        match (self.spec.coherence, sent) {
             (_, Ok(())) => Ok(()),
             (Coherence::Durable, Err(failure)) => Err(Error::NotDelivered {
                 table: self.spec.name,
@@ -511,7 +498,7 @@ impl<T: Cached> Table<T> {
     /// table-wide flush if the backlog overflowed. Whether all of it was
     /// delivered (it stops at the first failure).
     pub(crate) async fn redeliver(&self) -> bool {
-        let Some(tier) = &self.tier else {
+        let (Some(tier), Some(announcer)) = (&self.tier, &self.announcer) else {
             return true;
         };
         if self.backlog.is_empty() {
@@ -521,7 +508,7 @@ impl<T: Cached> Table<T> {
         for (key, version) in undelivered.writes {
             let version = RawId::new(T::KIND, version);
             if tier.drop(key, &version, &self.counters).await.is_err()
-                || tier.announce(key, &version).await.is_err()
+                || announcer.row(key, &version).await.is_err()
             {
                 return false;
             }
@@ -529,8 +516,7 @@ impl<T: Cached> Table<T> {
         }
         if let Some(flush) = undelivered.flush {
             let version = RawId::new(T::KIND, flush);
-            if tier.drop_older(&version).await.is_err()
-                || tier.announce_flush(&version).await.is_err()
+            if tier.drop_older(&version).await.is_err() || announcer.flush(&version).await.is_err()
             {
                 return false;
             }
@@ -603,7 +589,7 @@ impl<T: Cached> Table<T> {
     }
 }
 
-impl<T: Cached> AnyTable for Table<T> {
+impl<T: Cached> Target for Table<T> {
     fn spec(&self) -> &'static TableSpec {
         self.spec
     }
@@ -628,16 +614,18 @@ impl<T: Cached> AnyTable for Table<T> {
         Counters::bump(&self.counters.malformed_messages);
     }
 
+    fn redeliver(&self) -> BoxFuture<'_, bool> {
+        Table::redeliver(self).boxed()
+    }
+}
+
+impl<T: Cached> AnyTable for Table<T> {
     fn trusted(&self) -> bool {
         self.trusted.load(Relaxed)
     }
 
     fn undelivered(&self) -> bool {
         !self.backlog.is_empty()
-    }
-
-    fn redeliver(&self) -> BoxFuture<'_, bool> {
-        Table::redeliver(self).boxed()
     }
 
     fn info(&self) -> TableInfo {

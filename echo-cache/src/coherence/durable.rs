@@ -71,9 +71,9 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Cmd, Pipeline, RedisResult, Value};
 use tokio::sync::watch;
 
+use super::Target;
 use super::message;
-use crate::l2::Server;
-use crate::table::AnyTable;
+use crate::connections::Server;
 
 /// The first backoff between two sessions; it doubles up to [`MAX_BACKOFF`]
 /// while sessions fail before they are up.
@@ -119,7 +119,7 @@ impl Default for Settings {
 /// the durable tables of the cache, `node` the stable node name.
 pub(crate) async fn run(
     server: Arc<Server>,
-    tables: Vec<Arc<dyn AnyTable>>,
+    tables: Vec<Arc<dyn Target>>,
     node: String,
     settings: Settings,
     mut stop: watch::Receiver<()>,
@@ -154,7 +154,7 @@ pub(crate) async fn run(
 
 /// The lane's state across sessions.
 struct Lane {
-    tables: Vec<Arc<dyn AnyTable>>,
+    tables: Vec<Arc<dyn Target>>,
     /// The stream of each table, at the table's index.
     streams: Vec<String>,
     node: String,
@@ -167,7 +167,7 @@ struct Lane {
 }
 
 impl Lane {
-    fn new(tables: Vec<Arc<dyn AnyTable>>, node: &str, settings: Settings) -> Lane {
+    fn new(tables: Vec<Arc<dyn Target>>, node: &str, settings: Settings) -> Lane {
         let streams = tables
             .iter()
             .map(|table| crate::keyspace::stream(table.spec()))
@@ -588,7 +588,7 @@ struct Entry<'a> {
 /// Applies `entries` to `table`, newer-wins (a repeat is a no-op); returns
 /// their ids, to acknowledge. A malformed message is counted and dropped; a
 /// deleted entry, whose content is lost, flushes the table.
-fn apply_all(table: &dyn AnyTable, entries: &[Entry<'_>]) -> Vec<EntryId> {
+fn apply_all(table: &dyn Target, entries: &[Entry<'_>]) -> Vec<EntryId> {
     let kind = table.spec().kind();
     let mut lost = false;
     for entry in entries {

@@ -1,7 +1,6 @@
 //! Tests of the durable lane against a real server, with tables that
 //! record what the lane does to them.
 
-use std::any::Any;
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::sync::mpsc as std_mpsc;
@@ -11,7 +10,6 @@ use tokio::task::JoinHandle;
 
 use super::*;
 use crate::id::{Kind, RawId};
-use crate::roster::TableInfo;
 use crate::spec::{Coherence, TableSpec};
 
 const fn spec(name: &'static str, kind: &'static str) -> TableSpec {
@@ -93,15 +91,10 @@ impl Probe {
     }
 }
 
-impl AnyTable for Probe {
+impl Target for Probe {
     fn spec(&self) -> &'static TableSpec {
         self.spec
     }
-    fn collect(&self) {}
-    fn info(&self) -> TableInfo {
-        unimplemented!("not used by the lane")
-    }
-    fn sweep(&self) {}
     fn flush(&self) {
         self.record(Event::Flush);
     }
@@ -127,17 +120,8 @@ impl AnyTable for Probe {
     fn malformed(&self) {
         self.record(Event::Malformed);
     }
-    fn trusted(&self) -> bool {
-        unimplemented!("not used by the lane")
-    }
-    fn undelivered(&self) -> bool {
-        false
-    }
     fn redeliver(&self) -> futures_util::future::BoxFuture<'_, bool> {
         Box::pin(std::future::ready(true))
-    }
-    fn into_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync> {
-        self
     }
 }
 
@@ -162,10 +146,10 @@ impl Node {
     fn start(server: &RedisServer, name: &str, probes: &[&Arc<Probe>], settings: Settings) -> Node {
         let tables = probes
             .iter()
-            .map(|&probe| Arc::clone(probe) as Arc<dyn AnyTable>)
+            .map(|&probe| Arc::clone(probe) as Arc<dyn Target>)
             .collect();
         let (stop, stopped) = watch::channel(());
-        let server = crate::l2::Server::open(
+        let server = crate::connections::Server::open(
             &server.url(),
             None,
             Duration::from_secs(2),

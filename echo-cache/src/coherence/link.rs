@@ -11,17 +11,16 @@
 //! until the next session is up. Sessions follow each other, with a backoff,
 //! until the cache is dropped.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client, ProtocolVersion, PushInfo, PushKind, Value};
 use tokio::sync::{mpsc, watch};
 
+use super::Target;
 use super::message;
-use crate::l2::Server;
+use crate::connections::Server;
 use crate::spec::Coherence;
-use crate::table::AnyTable;
 
 /// Settings of the link.
 #[derive(Clone, Debug)]
@@ -32,37 +31,16 @@ pub(crate) struct Settings {
     pub(crate) deadline: Duration,
 }
 
-/// The connection of the current session, for the tracking tables' L2
-/// operations. `None` between sessions.
-#[derive(Default)]
-pub(crate) struct Current(Mutex<Option<MultiplexedConnection>>);
-
-impl Current {
-    pub(crate) fn get(&self) -> Option<MultiplexedConnection> {
-        self.0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
-    }
-
-    fn set(&self, connection: Option<MultiplexedConnection>) {
-        *self
-            .0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = connection;
-    }
-}
-
 /// A table of the link and the address its invalidations come by: the key
 /// prefix of a tracking table, the channel of a broadcast table. Computed
 /// once, not for every push.
 struct Route {
-    table: Arc<dyn AnyTable>,
+    table: Arc<dyn Target>,
     address: Vec<u8>,
 }
 
 impl Route {
-    fn of(table: &Arc<dyn AnyTable>) -> Route {
+    fn of(table: &Arc<dyn Target>) -> Route {
         let spec = table.spec();
         let address = match spec.coherence() {
             Coherence::Tracking => crate::keyspace::prefix(spec),
@@ -82,7 +60,7 @@ impl Route {
 /// Runs sessions on `server` until `stop` is dropped.
 pub(crate) async fn run(
     server: Arc<Server>,
-    tables: Vec<Arc<dyn AnyTable>>,
+    tables: Vec<Arc<dyn Target>>,
     settings: Settings,
     mut stop: watch::Receiver<()>,
 ) {

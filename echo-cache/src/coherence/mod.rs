@@ -110,9 +110,43 @@
 //! deadline. The stale-read checker holds `durable` to the same D as the
 //! link's modes (100 ms, above).
 
+mod announcer;
 mod applied;
 pub(crate) mod durable;
 pub(crate) mod link;
 pub(crate) mod message;
 
+pub(crate) use announcer::Announcer;
 pub(crate) use applied::Applied;
+
+use futures_util::future::BoxFuture;
+
+use crate::spec::TableSpec;
+use message::Message;
+
+/// A table, as the lanes that carry its invalidations see it.
+pub(crate) trait Target: Send + Sync {
+    fn spec(&self) -> &'static TableSpec;
+    /// Drops every row; no flight under way will install.
+    fn flush(&self);
+    /// Applies an invalidation of `key` (at `version`, if it has one).
+    fn apply(&self, key: u64, version: Option<u64>);
+    /// The invalidation channel is lost: flush and bypass L1.
+    fn distrust(&self);
+    /// The invalidation channel is up: use L1 again.
+    fn trust(&self);
+    /// Counts a malformed invalidation message, which was dropped.
+    fn malformed(&self);
+    /// Delivers the writes this node kept while the server was away;
+    /// whether all were.
+    fn redeliver(&self) -> BoxFuture<'_, bool>;
+    /// Applies a message of another node: an invalidation of a row, or a
+    /// table-wide flush; counts one that is not well-formed (`None`).
+    fn receive(&self, message: Option<Message>) {
+        match message {
+            Some(Message::Row { key, version }) => self.apply(key, Some(version)),
+            Some(Message::Flush { .. }) => self.flush(),
+            None => self.malformed(),
+        }
+    }
+}

@@ -29,16 +29,13 @@ use redis::Cmd;
 
 use super::frame::{self, Frame, HEADER};
 use super::script::{DROP_OLDER, WRITE_IF_NEWER};
-use super::{Codec, Failure, Lane, Server, Warning, keyspace};
-use crate::coherence::message;
+use super::{Codec, Warning};
+use crate::connections::{Failure, Lane, Server};
 use crate::id::RawId;
+use crate::keyspace;
 use crate::mint::Minter;
 use crate::spec::{Cached, Coherence, TableSpec};
 use crate::stats::Counters;
-
-/// Messages kept in a durable table's stream (approximately: `MAXLEN ~`).
-/// A node that falls further behind than this flushes its L1 of the table.
-pub(crate) const STREAM_MAXLEN: u64 = 100_000;
 
 pub(crate) struct Tier<T> {
     server: Arc<Server>,
@@ -263,56 +260,6 @@ impl<T: Cached> Tier<T> {
             }
             cursor = next;
         }
-    }
-
-    /// Tells the other nodes that every row of the table older than
-    /// `version` may be stale: a flush message (`broadcast`, `durable`), or
-    /// a write of the table's flush key, which the server pushes to every
-    /// tracking node (`tracking`).
-    pub(crate) async fn announce_flush(&self, version: &RawId) -> Result<(), Failure> {
-        if self.spec.coherence() == Coherence::Tracking {
-            let mut set = Cmd::new();
-            set.arg("SET")
-                .arg(format!("{}{}", self.prefix, keyspace::EVERY_ID));
-            set.arg(&version.to_bytes()[..])
-                .arg("PX")
-                .arg(self.tombstone_ttl_ms());
-            return self.server.query(self.lane(), set).await;
-        }
-        self.send(&message::encode_flush(version)).await
-    }
-
-    /// Tells the other nodes that `key` changed at `version`: a message on
-    /// the table's channel (`broadcast`) or in its stream (`durable`).
-    pub(crate) async fn announce(&self, key: u64, version: &RawId) -> Result<(), Failure> {
-        self.send(&message::encode(&RawId::new(T::KIND, key), version))
-            .await
-    }
-
-    /// Sends `message` on the table's channel or stream, if it has one.
-    async fn send(&self, message: &[u8]) -> Result<(), Failure> {
-        let command = match self.spec.coherence() {
-            Coherence::Broadcast => Cmd::new()
-                .arg("PUBLISH")
-                .arg(keyspace::channel(self.spec))
-                .arg(message)
-                .clone(),
-            Coherence::Durable => Cmd::new()
-                .arg("XADD")
-                .arg(keyspace::stream(self.spec))
-                .arg("MAXLEN")
-                .arg("~")
-                .arg(STREAM_MAXLEN)
-                .arg("*")
-                .arg("m")
-                .arg(message)
-                .clone(),
-            _ => return Ok(()),
-        };
-        self.server
-            .query::<redis::Value>(Lane::Managed, command)
-            .await
-            .map(drop)
     }
 
     async fn put_frame(

@@ -16,7 +16,8 @@ use std::time::Duration;
 use redis::Script;
 use tokio::sync::watch;
 
-use super::{Lane, Server, keyspace};
+use crate::connections::{Lane, Server};
+use crate::keyspace;
 use crate::mint::{MAX_NODE, Minter, random_node};
 use crate::roster::Readiness;
 

@@ -1,0 +1,376 @@
+//! Connections to the L2 server: the layer below L2 and coherence, which
+//! both use and neither owns.
+//!
+//! One [`Server`] per cache: the client of the server's URL, the shared
+//! command connection (the `redis` crate's `ConnectionManager`, which
+//! reconnects by itself), a bound on every operation
+//! ([`Builder::l2_timeout`](crate::Builder::l2_timeout)), a
+//! [circuit breaker](breaker), and the slot where the coherence link
+//! publishes its connection (a `tracking` table's commands run on it, so
+//! that `NOLOOP` keeps the node's own writes from coming back to it). The
+//! coherence lanes open their own push connections from its client, and
+//! report to it when the server answers them.
+
+mod breaker;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use redis::RedisFuture;
+use redis::aio::{
+    ConnectionLike, ConnectionManager, ConnectionManagerConfig, MultiplexedConnection,
+};
+use redis::{Cmd, FromRedisValue, RedisError, Script};
+use tokio::sync::OnceCell;
+
+use crate::error::Error;
+use breaker::Breaker;
+
+/// Why an L2 operation did not happen.
+#[derive(Debug)]
+pub(crate) enum Failure {
+    /// The breaker is open: the server is not answering.
+    Refused,
+    /// No answer within the L2 timeout.
+    Timeout,
+    /// The server or the connection said no.
+    Redis(RedisError),
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Failure::Refused => {
+                f.write_str("not tried: the server is not answering (breaker open)")
+            }
+            Failure::Timeout => f.write_str("no answer within the L2 timeout"),
+            Failure::Redis(error) => write!(f, "{error}"),
+        }
+    }
+}
+
+/// The L2 server of a cache.
+pub(crate) struct Server {
+    client: redis::Client,
+    connection: OnceCell<ConnectionManager>,
+    /// The coherence link's connection, for the tracking tables.
+    link: Arc<LinkSlot>,
+    timeout: Duration,
+    breaker: Breaker,
+}
+
+impl Server {
+    /// Checks the URL (and the TLS roots, PEM, if given); connects on first
+    /// use, inside a runtime. Credentials are checked by the server then,
+    /// not here.
+    pub(crate) fn open(
+        url: &str,
+        tls_root: Option<&[u8]>,
+        timeout: Duration,
+        probe_every: Duration,
+    ) -> Result<Server, Error> {
+        let client = client(url, tls_root)
+            .map_err(|e| Error::Config(format!("L2 address {}: {e}", redacted(url))))?;
+        Ok(Server {
+            client,
+            connection: OnceCell::new(),
+            link: Arc::default(),
+            timeout,
+            breaker: Breaker::new(probe_every),
+        })
+    }
+
+    /// The client, for the connections of the coherence lanes.
+    pub(crate) fn client(&self) -> &redis::Client {
+        &self.client
+    }
+
+    /// The slot the coherence link publishes its connection in.
+    pub(crate) fn link(&self) -> &Arc<LinkSlot> {
+        &self.link
+    }
+
+    /// Whether the breaker is refusing operations now.
+    pub(crate) fn is_down(&self) -> bool {
+        self.breaker.is_open()
+    }
+
+    /// The server answered on another connection (the coherence lanes'):
+    /// it is back, whatever the breaker thought.
+    pub(crate) fn answered(&self) {
+        self.breaker.success();
+    }
+
+    /// Sends a PING whatever the breaker says (feeding it the outcome):
+    /// whether the server answered. For a task that must know as soon as
+    /// the server is back; it is one attempt, bounded by the timeout.
+    pub(crate) async fn probe(&self) -> bool {
+        let ping = async {
+            let mut connection = self.connection().await?;
+            redis::cmd("PING").query_async::<()>(&mut connection).await
+        };
+        let answered = matches!(tokio::time::timeout(self.timeout, ping).await, Ok(Ok(())));
+        if answered {
+            self.breaker.success();
+        } else {
+            self.breaker.failure();
+        }
+        answered
+    }
+
+    /// Runs `cmd`, within the timeout, unless the breaker refuses.
+    pub(crate) async fn query<R: FromRedisValue>(
+        &self,
+        lane: Lane,
+        cmd: Cmd,
+    ) -> Result<R, Failure> {
+        self.run(lane, async move |mut connection| {
+            cmd.query_async(&mut connection).await
+        })
+        .await
+    }
+
+    /// Runs `script` on `keys` and `args` (EVALSHA, loading the script again
+    /// if the server's script cache was flushed), like [`query`](Self::query).
+    pub(crate) async fn eval<R: FromRedisValue>(
+        &self,
+        lane: Lane,
+        script: &Script,
+        keys: &[&[u8]],
+        args: &[&[u8]],
+    ) -> Result<R, Failure> {
+        self.run(lane, async move |mut connection| {
+            let mut invocation = script.prepare_invoke();
+            for key in keys {
+                invocation.key(*key);
+            }
+            for arg in args {
+                invocation.arg(*arg);
+            }
+            invocation.invoke_async(&mut connection).await
+        })
+        .await
+    }
+
+    /// Runs `op` on the connection, within the timeout, unless the breaker
+    /// refuses; feeds the breaker with the outcome.
+    async fn run<R>(
+        &self,
+        lane: Lane,
+        op: impl AsyncFnOnce(Connection) -> Result<R, RedisError>,
+    ) -> Result<R, Failure> {
+        if !self.breaker.allow() {
+            return Err(Failure::Refused);
+        }
+        let attempt = async {
+            let connection = match lane.linked().then(|| self.link.get()).flatten() {
+                Some(linked) => Connection::Linked(linked),
+                None => Connection::Managed(self.connection().await?),
+            };
+            op(connection).await
+        };
+        match tokio::time::timeout(self.timeout, attempt).await {
+            Ok(Ok(reply)) => {
+                self.breaker.success();
+                Ok(reply)
+            }
+            Ok(Err(error)) => {
+                if is_outage(&error) {
+                    self.breaker.failure();
+                } else {
+                    // The server answered, with an error of its own.
+                    self.breaker.success();
+                }
+                Err(Failure::Redis(error))
+            }
+            Err(_) => {
+                self.breaker.failure();
+                Err(Failure::Timeout)
+            }
+        }
+    }
+
+    async fn connection(&self) -> Result<ConnectionManager, RedisError> {
+        self.connection
+            .get_or_try_init(|| async {
+                let config = ConnectionManagerConfig::new()
+                    .set_connection_timeout(Some(self.timeout))
+                    .set_number_of_retries(2)
+                    .set_min_delay(Duration::from_millis(10))
+                    .set_max_delay(Duration::from_secs(1));
+                ConnectionManager::new_lazy_with_config(self.client.clone(), config)
+            })
+            .await
+            .cloned()
+    }
+}
+
+/// The client of `url`. A `rediss://` one trusts `tls_root` (PEM) if given,
+/// else the system's root certificates.
+fn client(url: &str, tls_root: Option<&[u8]>) -> Result<redis::Client, String> {
+    #[cfg(feature = "tls")]
+    let client = match tls_root {
+        Some(pem) => {
+            use rustls::pki_types::{CertificateDer, pem::PemObject};
+            if CertificateDer::pem_slice_iter(pem).next().is_none() {
+                return Err("the TLS roots hold no PEM certificate".to_owned());
+            }
+            let roots = redis::TlsCertificates {
+                client_tls: None,
+                root_cert: Some(pem.to_vec()),
+            };
+            redis::Client::build_with_tls(url, roots)
+        }
+        None => redis::Client::open(url),
+    };
+    #[cfg(not(feature = "tls"))]
+    let client = {
+        debug_assert!(tls_root.is_none(), "TLS roots need the tls feature");
+        redis::Client::open(url)
+    };
+    let client = client.map_err(|e| {
+        let tls = url.split_once("://").is_some_and(|(scheme, _)| {
+            scheme.eq_ignore_ascii_case("rediss") || scheme.eq_ignore_ascii_case("valkeys")
+        });
+        if tls && cfg!(not(feature = "tls")) {
+            format!("{e} (a rediss:// address needs echo-cache's `tls` feature)")
+        } else {
+            e.to_string()
+        }
+    })?;
+    // Without the feature a TLS address does not parse.
+    #[cfg(feature = "tls")]
+    if let redis::ConnectionAddr::TcpTls { insecure, .. } = client.get_connection_info().addr() {
+        if *insecure {
+            return Err("#insecure (no certificate check) is not supported; \
+                        give the server's CA with Builder::l2_tls_root"
+                .to_owned());
+        }
+        if rustls::crypto::CryptoProvider::get_default().is_none() {
+            // The program chose no rustls crypto provider: ring, which the
+            // `tls` feature builds. Losing a race to another installer is as
+            // good.
+            let _ = rustls::crypto::ring::default_provider().install_default();
+        }
+    }
+    Ok(client)
+}
+
+/// `url` with its credentials, if any, masked: `redis://user:***@host`.
+fn redacted(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    match rest.rsplit_once('@') {
+        Some((userinfo, host)) => match userinfo.split_once(':') {
+            Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
+            None => format!("{scheme}://***@{host}"),
+        },
+        None => url.to_owned(),
+    }
+}
+
+/// Which connection an operation takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Lane {
+    /// The shared, self-reconnecting connection.
+    Managed,
+    /// The coherence link's connection while it is up (else the shared
+    /// one): a tracking table's writes must not come back to its own node.
+    Linked,
+}
+
+impl Lane {
+    fn linked(self) -> bool {
+        self == Lane::Linked
+    }
+}
+
+/// The connection an operation runs on.
+pub(crate) enum Connection {
+    Managed(ConnectionManager),
+    Linked(MultiplexedConnection),
+}
+
+impl ConnectionLike for Connection {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, redis::Value> {
+        match self {
+            Connection::Managed(connection) => connection.req_packed_command(cmd),
+            Connection::Linked(connection) => connection.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<redis::Value>> {
+        match self {
+            Connection::Managed(connection) => {
+                connection.req_packed_commands(pipeline, offset, count)
+            }
+            Connection::Linked(connection) => {
+                connection.req_packed_commands(pipeline, offset, count)
+            }
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Connection::Managed(connection) => connection.get_db(),
+            Connection::Linked(connection) => connection.get_db(),
+        }
+    }
+}
+
+fn is_outage(error: &RedisError) -> bool {
+    error.is_io_error()
+        || error.is_timeout()
+        || error.is_connection_dropped()
+        || error.is_connection_refusal()
+        || error.is_unrecoverable_error()
+}
+
+/// The coherence link's connection while a session is up, for the
+/// `tracking` tables' commands. `None` between sessions.
+#[derive(Default)]
+pub(crate) struct LinkSlot(Mutex<Option<MultiplexedConnection>>);
+
+impl LinkSlot {
+    pub(crate) fn get(&self) -> Option<MultiplexedConnection> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    pub(crate) fn set(&self, connection: Option<MultiplexedConnection>) {
+        *self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = connection;
+    }
+}
+
+#[cfg(test)]
+mod connect_tests {
+    use super::redacted;
+
+    #[test]
+    fn credentials_are_masked_in_messages() {
+        assert_eq!(redacted("redis://app:pw@h:1/3"), "redis://app:***@h:1/3");
+        assert_eq!(redacted("redis://:pw@h"), "redis://:***@h");
+        assert_eq!(redacted("rediss://pw@h"), "rediss://***@h");
+        assert_eq!(redacted("redis://app:p@w@h"), "redis://app:***@h");
+        assert_eq!(redacted("redis://h:1/3"), "redis://h:1/3");
+        assert_eq!(redacted("not a url"), "not a url");
+    }
+
+    #[cfg(not(feature = "tls"))]
+    #[test]
+    fn rediss_needs_the_tls_feature() {
+        let error = super::client("rediss://127.0.0.1:6380", None).unwrap_err();
+        assert!(error.contains("`tls` feature"), "{error}");
+    }
+}
