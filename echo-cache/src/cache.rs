@@ -17,7 +17,7 @@ use tokio::sync::{Notify, watch};
 use crate::claim;
 use crate::clock::Clock;
 use crate::coherence::{Target, durable, link};
-use crate::connections::{self, Server};
+use crate::connections::{Address, Server};
 use crate::directory::{self, DECLARATIONS, Declaration};
 use crate::error::{BoxError, Error};
 use crate::fetch::Fetch;
@@ -300,7 +300,7 @@ pub struct Builder {
     fetch_timeout: Option<Duration>,
     load_timeout: Duration,
     runtime: Option<Handle>,
-    l2_url: Option<String>,
+    l2: Option<Address>,
     /// Root certificates (PEM) a `rediss://` L2 trusts instead of the
     /// system's; set only with the `tls` feature.
     l2_tls_root: Option<Vec<u8>>,
@@ -322,7 +322,7 @@ impl Default for Builder {
             fetch_timeout: Some(Builder::DEFAULT_FETCH_TIMEOUT),
             load_timeout: Builder::DEFAULT_LOAD_TIMEOUT,
             runtime: None,
-            l2_url: None,
+            l2: None,
             l2_tls_root: None,
             l2_timeout: Builder::DEFAULT_L2_TIMEOUT,
             l2_probe_every: Builder::DEFAULT_L2_PROBE_EVERY,
@@ -442,7 +442,37 @@ impl Builder {
     /// L1-only.
     #[must_use]
     pub fn l2(mut self, url: impl Into<String>) -> Builder {
-        self.l2_url = Some(url.into());
+        self.l2 = Some(Address::Server(url.into()));
+        self
+    }
+
+    /// Puts every table behind the Valkey/Redis Cluster that `seeds`
+    /// belong to: the URLs of some of its nodes (one is enough; more let the
+    /// cache start while one is down), each in the form [`l2`](Self::l2)
+    /// takes, sharing the scheme and the credentials. The cache discovers
+    /// the other nodes, routes each command to the owner of its slot, and
+    /// follows the cluster through resharding and failover (the `redis`
+    /// crate's cluster client).
+    ///
+    /// A table keeps its keys on one slot (`ecc:{<table>}:<id>`), so every
+    /// operation stays on one node. Tables with coherence `none` and
+    /// `broadcast` work on a cluster now; `tracking` and `durable` tables
+    /// are refused by [`build`](Self::build) with [`Error::Config`] until
+    /// their cluster lanes land.
+    ///
+    /// ```standalone_crate
+    /// use echo_cache::Cache;
+    ///
+    /// let cache = Cache::builder()
+    ///     .l2_cluster(["redis://127.0.0.1:7000", "redis://127.0.0.1:7001"])
+    ///     .build()?;
+    /// # Ok::<(), echo_cache::Error>(())
+    /// ```
+    #[must_use]
+    pub fn l2_cluster<S: Into<String>>(mut self, seeds: impl IntoIterator<Item = S>) -> Builder {
+        self.l2 = Some(Address::Cluster(
+            seeds.into_iter().map(Into::into).collect(),
+        ));
         self
     }
 
@@ -594,10 +624,11 @@ impl Builder {
             None => format!("node-{}-{:08x}", std::process::id(), fastrand::u32(..)),
         };
         let l2 = self
-            .l2_url
-            .map(|url| {
+            .l2
+            .map(|address| {
+                check_cluster(&address)?;
                 let tls_root = self.l2_tls_root.as_deref();
-                connections::Server::open(&url, tls_root, self.l2_timeout, self.l2_probe_every)
+                Server::open(&address, tls_root, self.l2_timeout, self.l2_probe_every)
             })
             .transpose()?;
         let runtime = self.runtime.or_else(|| Handle::try_current().ok());
@@ -743,6 +774,23 @@ fn tick_of<'a>(specs: impl Iterator<Item = &'a TableSpec>) -> Duration {
     shortest.map_or(MAX_TICK, |ms| {
         Duration::from_millis(ms / 100).clamp(Duration::from_millis(1), MAX_TICK)
     })
+}
+
+/// Refuses the tables a cluster cannot serve yet.
+fn check_cluster(address: &Address) -> Result<(), Error> {
+    if let Address::Cluster(_) = address
+        && let Some(spec) = directory::declared()
+            .iter()
+            .find(|spec| matches!(spec.coherence(), Coherence::Tracking | Coherence::Durable))
+    {
+        return Err(Error::Config(format!(
+            "table `{}` has coherence `{}`, which an L2 cluster does not carry yet: \
+             use `none` or `broadcast` on a cluster",
+            spec.name(),
+            spec.coherence()
+        )));
+    }
+    Ok(())
 }
 
 /// The longest node name: it names a consumer group and a client.

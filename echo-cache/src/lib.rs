@@ -110,10 +110,15 @@
 //!   ([`Stats::l2_writes_dropped`]); a [`Cache::put`] or
 //!   [`Cache::invalidate`] whose L2 part or announcement fails is kept and
 //!   delivered once the server is back (see [Guarantees](#guarantees)).
-//! - **Cluster**: every key of a table is on one slot, and every operation
-//!   is a single-key command or script, so the connection can be swapped
-//!   for the `redis` crate's cluster client without touching the data path.
-//!   This version connects to one server.
+//! - **Cluster**: [`Builder::l2_cluster`] puts the tables behind a
+//!   Valkey/Redis Cluster, through the `redis` crate's cluster client
+//!   (slots, `MOVED`/`ASK`, topology refresh). Every key of a table is on
+//!   the slot of its `{<table>}` hashtag and every operation is a
+//!   single-key command or script, so each runs on one node; a script the
+//!   node does not have (`NOSCRIPT`, after a failover) is loaded again.
+//!   `none` and `broadcast` tables work on a cluster (a broadcast message
+//!   reaches every node's subscribers); `tracking` and `durable` tables are
+//!   refused at [`Builder::build`] until their per-node lanes land.
 //!
 //! # Connecting to L2
 //!

@@ -185,7 +185,8 @@ impl Lane {
     /// One session: connect, create the groups, catch up, trust, then read
     /// until the connection is lost. Sets `up` once the tables are trusted.
     async fn session(&mut self, server: &Server, up: &mut bool) -> Result<Infallible, String> {
-        let client = server.client();
+        // One server: durable tables are refused on a cluster for now.
+        let client = &server.nodes()[0];
         let deadline = self.settings.deadline;
         let read_deadline = self.settings.block + deadline;
         let config = AsyncConnectionConfig::new()

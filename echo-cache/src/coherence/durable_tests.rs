@@ -150,7 +150,7 @@ impl Node {
             .collect();
         let (stop, stopped) = watch::channel(());
         let server = crate::connections::Server::open(
-            &server.url(),
+            &crate::connections::Address::Server(server.url()),
             None,
             Duration::from_secs(2),
             Duration::from_secs(1),

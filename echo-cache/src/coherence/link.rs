@@ -65,8 +65,13 @@ pub(crate) async fn run(
     mut stop: watch::Receiver<()>,
 ) {
     let current = server.link();
-    let client = match resp3(server.client()) {
-        Ok(client) => client,
+    let clients = match server
+        .nodes()
+        .iter()
+        .map(resp3)
+        .collect::<Result<Vec<_>, _>>()
+    {
+        Ok(clients) => clients,
         Err(error) => {
             tracing::error!("coherence link: cannot make a RESP3 client: {error}");
             return;
@@ -74,9 +79,11 @@ pub(crate) async fn run(
     };
     let routes: Vec<Route> = tables.iter().map(Route::of).collect();
     let mut backoff = Duration::from_millis(10);
-    loop {
+    // On a cluster, each session tries the next seed: a pub/sub message
+    // reaches every node, so any live one will do.
+    for client in clients.iter().cycle() {
         let outcome = tokio::select! {
-            outcome = session(&server, &client, &routes, &settings) => outcome,
+            outcome = session(&server, client, &routes, &settings) => outcome,
             _ = stop.changed() => return,
         };
         current.set(None);

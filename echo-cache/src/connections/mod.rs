@@ -20,7 +20,10 @@ use redis::RedisFuture;
 use redis::aio::{
     ConnectionLike, ConnectionManager, ConnectionManagerConfig, MultiplexedConnection,
 };
-use redis::{Cmd, FromRedisValue, RedisError, Script};
+use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+use redis::{Cmd, FromRedisValue, RedisError, Script, Value};
 use tokio::sync::OnceCell;
 
 use crate::error::Error;
@@ -49,10 +52,36 @@ impl std::fmt::Display for Failure {
     }
 }
 
-/// The L2 server of a cache.
+/// Where L2 is: one server, or a cluster reached through seed nodes.
+#[derive(Clone, Debug)]
+pub(crate) enum Address {
+    Server(String),
+    Cluster(Vec<String>),
+}
+
+/// The command path: one connection that every operation shares.
+#[allow(clippy::large_enum_variant)] // one per cache
+enum Commands {
+    /// One server: a connection that reconnects by itself.
+    Server {
+        client: redis::Client,
+        connection: OnceCell<ConnectionManager>,
+    },
+    /// A cluster: the `redis` crate's cluster connection, which routes each
+    /// command to the owner of its slot, follows `MOVED` and `ASK`, and
+    /// re-reads the topology when it changes.
+    Cluster {
+        client: ClusterClient,
+        connection: OnceCell<ClusterConnection>,
+    },
+}
+
+/// The L2 server (or cluster) of a cache.
 pub(crate) struct Server {
-    client: redis::Client,
-    connection: OnceCell<ConnectionManager>,
+    commands: Commands,
+    /// Clients of the nodes a lane may open its own connection to: the
+    /// server, or each seed of the cluster.
+    nodes: Vec<redis::Client>,
     /// The coherence link's connection, for the tracking tables.
     link: Arc<LinkSlot>,
     timeout: Duration,
@@ -64,25 +93,50 @@ impl Server {
     /// use, inside a runtime. Credentials are checked by the server then,
     /// not here.
     pub(crate) fn open(
-        url: &str,
+        address: &Address,
         tls_root: Option<&[u8]>,
         timeout: Duration,
         probe_every: Duration,
     ) -> Result<Server, Error> {
-        let client = client(url, tls_root)
-            .map_err(|e| Error::Config(format!("L2 address {}: {e}", redacted(url))))?;
+        let urls = match address {
+            Address::Server(url) => std::slice::from_ref(url),
+            Address::Cluster(seeds) if seeds.is_empty() => {
+                return Err(Error::Config("an L2 cluster needs a seed node".to_owned()));
+            }
+            Address::Cluster(seeds) => seeds.as_slice(),
+        };
+        let nodes = urls
+            .iter()
+            .map(|url| {
+                client(url, tls_root)
+                    .map_err(|e| Error::Config(format!("L2 address {}: {e}", redacted(url))))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let commands = match address {
+            Address::Server(_) => Commands::Server {
+                client: nodes[0].clone(),
+                connection: OnceCell::new(),
+            },
+            Address::Cluster(seeds) => Commands::Cluster {
+                client: cluster_client(seeds, tls_root, timeout).map_err(|e| {
+                    Error::Config(format!("L2 cluster {}: {e}", redacted(&seeds[0])))
+                })?,
+                connection: OnceCell::new(),
+            },
+        };
         Ok(Server {
-            client,
-            connection: OnceCell::new(),
+            commands,
+            nodes,
             link: Arc::default(),
             timeout,
             breaker: Breaker::new(probe_every),
         })
     }
 
-    /// The client, for the connections of the coherence lanes.
-    pub(crate) fn client(&self) -> &redis::Client {
-        &self.client
+    /// Clients of the nodes a lane may open its own connection to (the
+    /// server, or the cluster's seeds), in the order to try them.
+    pub(crate) fn nodes(&self) -> &[redis::Client] {
+        &self.nodes
     }
 
     /// The slot the coherence link publishes its connection in.
@@ -107,9 +161,11 @@ impl Server {
     pub(crate) async fn probe(&self) -> bool {
         let ping = async {
             let mut connection = self.connection().await?;
-            redis::cmd("PING").query_async::<()>(&mut connection).await
+            redis::cmd("PING")
+                .query_async::<Value>(&mut connection)
+                .await
         };
-        let answered = matches!(tokio::time::timeout(self.timeout, ping).await, Ok(Ok(())));
+        let answered = matches!(tokio::time::timeout(self.timeout, ping).await, Ok(Ok(_)));
         if answered {
             self.breaker.success();
         } else {
@@ -152,6 +208,37 @@ impl Server {
         .await
     }
 
+    /// `SCAN cursor MATCH pattern COUNT count` on the node that owns `slot`
+    /// (on a cluster; the server itself otherwise): the next cursor and the
+    /// keys of this step.
+    pub(crate) async fn scan(
+        &self,
+        lane: Lane,
+        slot: u16,
+        cursor: u64,
+        pattern: &str,
+        count: usize,
+    ) -> Result<(u64, Vec<Vec<u8>>), Failure> {
+        self.run(lane, async move |mut connection| {
+            let mut scan = redis::cmd("SCAN");
+            scan.arg(cursor)
+                .arg("MATCH")
+                .arg(pattern)
+                .arg("COUNT")
+                .arg(count);
+            match &mut connection {
+                Connection::Cluster(cluster) => {
+                    let owner = Route::new(slot, SlotAddr::Master);
+                    let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(owner));
+                    redis::from_redis_value(cluster.route_command(scan, route).await?)
+                        .map_err(RedisError::from)
+                }
+                _ => scan.query_async(&mut connection).await,
+            }
+        })
+        .await
+    }
+
     /// Runs `op` on the connection, within the timeout, unless the breaker
     /// refuses; feeds the breaker with the outcome.
     async fn run<R>(
@@ -165,7 +252,7 @@ impl Server {
         let attempt = async {
             let connection = match lane.linked().then(|| self.link.get()).flatten() {
                 Some(linked) => Connection::Linked(linked),
-                None => Connection::Managed(self.connection().await?),
+                None => self.connection().await?,
             };
             op(connection).await
         };
@@ -190,19 +277,56 @@ impl Server {
         }
     }
 
-    async fn connection(&self) -> Result<ConnectionManager, RedisError> {
-        self.connection
-            .get_or_try_init(|| async {
-                let config = ConnectionManagerConfig::new()
-                    .set_connection_timeout(Some(self.timeout))
-                    .set_number_of_retries(2)
-                    .set_min_delay(Duration::from_millis(10))
-                    .set_max_delay(Duration::from_secs(1));
-                ConnectionManager::new_lazy_with_config(self.client.clone(), config)
-            })
-            .await
-            .cloned()
+    /// The command connection, made on first use.
+    async fn connection(&self) -> Result<Connection, RedisError> {
+        match &self.commands {
+            Commands::Server { client, connection } => {
+                let connection = connection
+                    .get_or_try_init(|| async {
+                        let config = ConnectionManagerConfig::new()
+                            .set_connection_timeout(Some(self.timeout))
+                            .set_number_of_retries(2)
+                            .set_min_delay(Duration::from_millis(10))
+                            .set_max_delay(Duration::from_secs(1));
+                        ConnectionManager::new_lazy_with_config(client.clone(), config)
+                    })
+                    .await?;
+                Ok(Connection::Managed(connection.clone()))
+            }
+            Commands::Cluster { client, connection } => {
+                let connection = connection
+                    .get_or_try_init(|| client.get_async_connection())
+                    .await?;
+                Ok(Connection::Cluster(connection.clone()))
+            }
+        }
     }
+}
+
+/// The cluster client of `seeds`: every seed must share the scheme and the
+/// credentials (the cluster's nodes are reached with the seeds' settings).
+fn cluster_client(
+    seeds: &[String],
+    tls_root: Option<&[u8]>,
+    timeout: Duration,
+) -> Result<ClusterClient, RedisError> {
+    let builder = ClusterClient::builder(seeds.iter().map(String::as_str))
+        .connection_timeout(timeout)
+        .response_timeout(timeout)
+        .retries(3)
+        .min_retry_wait(5)
+        .max_retry_wait(50);
+    #[cfg(feature = "tls")]
+    let builder = match tls_root {
+        Some(pem) => builder.certs(redis::TlsCertificates {
+            client_tls: None,
+            root_cert: Some(pem.to_vec()),
+        }),
+        None => builder,
+    };
+    #[cfg(not(feature = "tls"))]
+    debug_assert!(tls_root.is_none(), "TLS roots need the tls feature");
+    builder.build()
 }
 
 /// The client of `url`. A `rediss://` one trusts `tls_root` (PEM) if given,
@@ -290,6 +414,7 @@ impl Lane {
 pub(crate) enum Connection {
     Managed(ConnectionManager),
     Linked(MultiplexedConnection),
+    Cluster(ClusterConnection),
 }
 
 impl ConnectionLike for Connection {
@@ -297,6 +422,7 @@ impl ConnectionLike for Connection {
         match self {
             Connection::Managed(connection) => connection.req_packed_command(cmd),
             Connection::Linked(connection) => connection.req_packed_command(cmd),
+            Connection::Cluster(connection) => connection.req_packed_command(cmd),
         }
     }
 
@@ -313,6 +439,9 @@ impl ConnectionLike for Connection {
             Connection::Linked(connection) => {
                 connection.req_packed_commands(pipeline, offset, count)
             }
+            Connection::Cluster(connection) => {
+                connection.req_packed_commands(pipeline, offset, count)
+            }
         }
     }
 
@@ -320,6 +449,7 @@ impl ConnectionLike for Connection {
         match self {
             Connection::Managed(connection) => connection.get_db(),
             Connection::Linked(connection) => connection.get_db(),
+            Connection::Cluster(connection) => connection.get_db(),
         }
     }
 }

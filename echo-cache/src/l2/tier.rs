@@ -242,12 +242,13 @@ impl<T: Cached> Tier<T> {
     pub(crate) async fn drop_older(&self, version: &RawId) -> Result<(), Failure> {
         let pattern = format!("{}*", self.prefix);
         let (tombstone, ttl) = (version.to_bytes(), self.tombstone_ttl_ms().to_string());
+        // Every key of the table is on the slot of its hashtag.
+        let slot = keyspace::slot(self.prefix.as_bytes());
         let mut cursor = 0_u64;
         loop {
-            let mut scan = Cmd::new();
-            scan.arg("SCAN").arg(cursor).arg("MATCH").arg(&pattern);
-            scan.arg("COUNT").arg(1_000);
-            let (next, keys): (u64, Vec<Vec<u8>>) = self.server.query(self.lane(), scan).await?;
+            let (next, keys) = (self.server)
+                .scan(self.lane(), slot, cursor, &pattern, 1_000)
+                .await?;
             if !keys.is_empty() {
                 let keys: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
                 let args: [&[u8]; 2] = [&tombstone, ttl.as_bytes()];
