@@ -455,10 +455,10 @@ impl Builder {
     /// crate's cluster client).
     ///
     /// A table keeps its keys on one slot (`ecc:{<table>}:<id>`), so every
-    /// operation stays on one node. Tables with coherence `none` and
-    /// `broadcast` work on a cluster now; `tracking` and `durable` tables
-    /// are refused by [`build`](Self::build) with [`Error::Config`] until
-    /// their cluster lanes land.
+    /// operation stays on one node. Tables with coherence `none`,
+    /// `tracking` (tracked on every master) and `broadcast` work on a
+    /// cluster; `durable` tables are refused by [`build`](Self::build) with
+    /// [`Error::Config`] until their per-node stream reads land.
     ///
     /// ```standalone_crate
     /// use echo_cache::Cache;
@@ -781,11 +781,11 @@ fn check_cluster(address: &Address) -> Result<(), Error> {
     if let Address::Cluster(_) = address
         && let Some(spec) = directory::declared()
             .iter()
-            .find(|spec| matches!(spec.coherence(), Coherence::Tracking | Coherence::Durable))
+            .find(|spec| spec.coherence() == Coherence::Durable)
     {
         return Err(Error::Config(format!(
             "table `{}` has coherence `{}`, which an L2 cluster does not carry yet: \
-             use `none` or `broadcast` on a cluster",
+             use `none`, `tracking` or `broadcast` on a cluster",
             spec.name(),
             spec.coherence()
         )));

@@ -116,9 +116,14 @@
 //!   the slot of its `{<table>}` hashtag and every operation is a
 //!   single-key command or script, so each runs on one node; a script the
 //!   node does not have (`NOSCRIPT`, after a failover) is loaded again.
-//!   `none` and `broadcast` tables work on a cluster (a broadcast message
-//!   reaches every node's subscribers); `tracking` and `durable` tables are
-//!   refused at [`Builder::build`] until their per-node lanes land.
+//!   `none`, `tracking` and `broadcast` tables work on a cluster: each
+//!   node's coherence link connects to every master and turns tracking on
+//!   there (a key's owner pushes its invalidations), subscribes to the
+//!   broadcast channels on one (a classic pub/sub message reaches every
+//!   node's subscribers, over the cluster bus), and starts afresh (flush,
+//!   bypass, reconnect) when the cluster's topology changes: a failover, a
+//!   reshard. `durable` tables are refused at [`Builder::build`] until
+//!   their per-node stream reads land.
 //!
 //! # Connecting to L2
 //!

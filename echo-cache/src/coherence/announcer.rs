@@ -53,7 +53,8 @@ impl Announcer {
         let mut set = Cmd::new();
         set.arg("SET").arg(key).arg(&version.to_bytes()[..]);
         set.arg("PX").arg(ttl_ms.max(1));
-        self.server.query(Lane::Linked, set).await
+        let slot = keyspace::slot(keyspace::prefix(self.spec).as_bytes());
+        self.server.query(Lane::Linked(slot), set).await
     }
 
     /// Sends `message` on the table's channel or stream, if it has one.

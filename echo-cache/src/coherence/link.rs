@@ -1,20 +1,30 @@
-//! The coherence link of a node: one RESP3 connection that carries the
+//! The coherence link of a node: a RESP3 connection to every node that
+//! serves slots (the server, or each master of a cluster) that carries the
 //! server's invalidation pushes (`tracking`) and the messages of
 //! `broadcast` tables, and that writes and reads the L2 keys of `tracking`
 //! tables, so that `NOLOOP` keeps the node's own writes from coming back.
 //!
-//! A session connects, enables tracking (`CLIENT TRACKING ON BCAST NOLOOP`
-//! with the prefix of every tracking table), subscribes to the channel of
-//! every broadcast table, then trusts their L1. It ends when the connection
-//! is lost (closed by the server, killed, dropped for its output buffer) or
-//! silent past the PING deadline; its tables are then flushed and bypassed
-//! until the next session is up. Sessions follow each other, with a backoff,
-//! until the cache is dropped.
+//! A session reads the topology, connects to each master, enables tracking
+//! on each (`CLIENT TRACKING ON BCAST NOLOOP` with the prefix of every
+//! tracking table: the owner of a key pushes its invalidations, and a
+//! reshard moves keys between masters), subscribes to the channel of every
+//! broadcast table on one of them, then trusts their L1. It ends when a
+//! connection is lost (closed by the server, killed, dropped for its output
+//! buffer), silent past the PING deadline, or when the cluster's topology
+//! changed (a failover, a reshard: a new master would not push to this
+//! node); its tables are then flushed and bypassed until the next session
+//! is up. Sessions follow each other, with a backoff, until the cache is
+//! dropped.
 
+use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::{AsyncConnectionConfig, Client, ProtocolVersion, PushInfo, PushKind, Value};
+use redis::aio::MultiplexedConnection;
+use redis::{
+    AsyncConnectionConfig, Client, ConnectionInfo, ProtocolVersion, PushInfo, PushKind,
+    RedisResult, Value,
+};
 use tokio::sync::{mpsc, watch};
 
 use super::Target;
@@ -64,38 +74,19 @@ pub(crate) async fn run(
     settings: Settings,
     mut stop: watch::Receiver<()>,
 ) {
-    let current = server.link();
-    let clients = match server
-        .nodes()
-        .iter()
-        .map(resp3)
-        .collect::<Result<Vec<_>, _>>()
-    {
-        Ok(clients) => clients,
-        Err(error) => {
-            tracing::error!("coherence link: cannot make a RESP3 client: {error}");
-            return;
-        }
-    };
     let routes: Vec<Route> = tables.iter().map(Route::of).collect();
     let mut backoff = Duration::from_millis(10);
-    // On a cluster, each session tries the next seed: a pub/sub message
-    // reaches every node, so any live one will do.
-    for client in clients.iter().cycle() {
+    loop {
         let outcome = tokio::select! {
-            outcome = session(&server, client, &routes, &settings) => outcome,
+            outcome = session(&server, &routes, &settings) => outcome,
             _ = stop.changed() => return,
         };
-        current.set(None);
+        server.link().set(Vec::new());
         for table in &tables {
             table.distrust();
         }
-        match outcome {
-            Ok(()) => backoff = Duration::from_millis(10),
-            Err(reason) => {
-                tracing::warn!("coherence link lost, L1 of its tables flushed: {reason}");
-            }
-        }
+        let Err(reason) = outcome;
+        tracing::warn!("coherence link lost, L1 of its tables flushed: {reason}");
         tokio::select! {
             () = tokio::time::sleep(backoff) => {}
             _ = stop.changed() => return,
@@ -104,51 +95,44 @@ pub(crate) async fn run(
     }
 }
 
-/// One session: connect, subscribe, deliver what the tables kept while the
-/// server was away, trust, then apply pushes until the connection is lost.
+/// One session: a connection to every node that serves slots (the server,
+/// or each master of a cluster), tracking on each, the broadcast channels
+/// subscribed on one (a message reaches every node's subscribers); then
+/// deliver what the tables kept while the server was away, trust, and apply
+/// pushes until a connection is lost, a PING goes unanswered, or the
+/// cluster's topology is no longer the one the session was built on.
 /// Returns why it ended.
 async fn session(
     server: &Server,
-    client: &Client,
     routes: &[Route],
     settings: &Settings,
-) -> Result<(), String> {
-    let current = server.link();
+) -> Result<Infallible, String> {
+    let topology = server.topology().await?;
     let (pushes, mut received) = mpsc::unbounded_channel();
     let config = AsyncConnectionConfig::new()
         .set_push_sender(pushes)
         .set_connection_timeout(Some(settings.deadline))
         .set_response_timeout(Some(settings.deadline));
-    let mut connection = client
-        .get_multiplexed_async_connection_with_config(&config)
-        .await
-        .map_err(|e| format!("connect: {e}"))?;
-
-    let mut tracking = redis::cmd("CLIENT");
-    tracking
-        .arg("TRACKING")
-        .arg("ON")
-        .arg("BCAST")
-        .arg("NOLOOP");
-    let mut tracked = false;
-    for route in routes {
-        if route.tracking() {
-            tracking.arg("PREFIX").arg(&route.address);
-            tracked = true;
-        } else {
-            connection
-                .subscribe(&route.address)
-                .await
-                .map_err(|e| format!("subscribe: {e}"))?;
-        }
-    }
-    if tracked {
-        tracking
-            .query_async::<()>(&mut connection)
+    let mut connections = Vec::with_capacity(topology.masters.len());
+    for master in &topology.masters {
+        let client = resp3(&master.info).map_err(|e| format!("{}: {e}", master.name))?;
+        let mut connection = client
+            .get_multiplexed_async_connection_with_config(&config)
             .await
-            .map_err(|e| format!("CLIENT TRACKING: {e}"))?;
+            .map_err(|e| format!("connect to {}: {e}", master.name))?;
+        track(&mut connection, routes)
+            .await
+            .map_err(|e| format!("CLIENT TRACKING on {}: {e}", master.name))?;
+        connections.push((master.slots.clone(), connection));
     }
-    current.set(Some(connection.clone()));
+    let (_, first) = connections.first_mut().ok_or("no node serves slots")?;
+    for route in routes.iter().filter(|route| !route.tracking()) {
+        first
+            .subscribe(&route.address)
+            .await
+            .map_err(|e| format!("subscribe: {e}"))?;
+    }
+    server.link().set(connections.clone());
     // The server is back: what this node's writes could not deliver while
     // it was away goes out before its tables are trusted (the delivery task
     // retries what fails here).
@@ -167,21 +151,47 @@ async fn session(
             push = received.recv() => match push {
                 None => return Err("the connection ended".into()),
                 Some(push) if push.kind == PushKind::Disconnection => {
-                    return Err("the server closed the connection".into());
+                    return Err("the server closed a connection".into());
                 }
                 Some(push) => apply(routes, &push),
             },
             _ = ping.tick() => {
-                let command = redis::cmd("PING");
-                let reply = command.query_async::<Value>(&mut connection);
-                match tokio::time::timeout(settings.deadline, reply).await {
-                    Ok(Ok(_)) => server.answered(),
-                    Ok(Err(e)) => return Err(format!("PING: {e}")),
-                    Err(_) => return Err(format!("no PONG within {:?}", settings.deadline)),
+                let ping = redis::cmd("PING");
+                for (_, connection) in &mut connections {
+                    let reply = ping.query_async::<Value>(connection);
+                    match tokio::time::timeout(settings.deadline, reply).await {
+                        Ok(Ok(_)) => {}
+                        Ok(Err(e)) => return Err(format!("PING: {e}")),
+                        Err(_) => return Err(format!("no PONG within {:?}", settings.deadline)),
+                    }
+                }
+                server.answered();
+                if !server.topology().await?.same(&topology) {
+                    return Err("the cluster's topology changed".into());
                 }
             }
         }
     }
+}
+
+/// Turns on tracking of the tracking tables' prefixes on `connection`,
+/// if there are any: every write of another client under them is pushed.
+async fn track(connection: &mut MultiplexedConnection, routes: &[Route]) -> RedisResult<()> {
+    let mut tracking = redis::cmd("CLIENT");
+    tracking
+        .arg("TRACKING")
+        .arg("ON")
+        .arg("BCAST")
+        .arg("NOLOOP");
+    let mut tracked = false;
+    for route in routes.iter().filter(|route| route.tracking()) {
+        tracking.arg("PREFIX").arg(&route.address);
+        tracked = true;
+    }
+    if tracked {
+        tracking.query_async::<()>(connection).await?;
+    }
+    Ok(())
 }
 
 /// Applies one push: an invalidation of tracked keys (or of everything,
@@ -236,12 +246,11 @@ fn invalidate_key(routes: &[Route], key: &Value) {
     }
 }
 
-/// The same server, spoken to in RESP3 (pushes need it).
-fn resp3(client: &Client) -> redis::RedisResult<Client> {
-    let info = client.get_connection_info().clone();
+/// A client of the node `info` names, spoken to in RESP3 (pushes need it).
+fn resp3(info: &ConnectionInfo) -> RedisResult<Client> {
     let settings = info
         .redis_settings()
         .clone()
         .set_protocol(ProtocolVersion::RESP3);
-    Client::open(info.set_redis_settings(settings))
+    Client::open(info.clone().set_redis_settings(settings))
 }

@@ -12,6 +12,7 @@
 //! report to it when the server answers them.
 
 mod breaker;
+mod topology;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -28,6 +29,7 @@ use tokio::sync::OnceCell;
 
 use crate::error::Error;
 use breaker::Breaker;
+pub(crate) use topology::Topology;
 
 /// Why an L2 operation did not happen.
 #[derive(Debug)]
@@ -208,6 +210,31 @@ impl Server {
         .await
     }
 
+    /// Who serves which slots now: the masters of the cluster (asked of a
+    /// node, within the timeout), or the one server.
+    pub(crate) async fn topology(&self) -> Result<Topology, String> {
+        let seed = self.nodes[0].get_connection_info();
+        let Commands::Cluster { .. } = &self.commands else {
+            return Ok(Topology::single(seed.clone()));
+        };
+        let asked = async {
+            let Connection::Cluster(mut cluster) = self.connection().await? else {
+                unreachable!("a cluster's command connection is a cluster connection");
+            };
+            let slots = redis::cmd("CLUSTER").arg("SLOTS").clone();
+            let random = RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random);
+            cluster.route_command(slots, random).await
+        };
+        match tokio::time::timeout(self.timeout, asked).await {
+            Ok(Ok(slots)) => Topology::of_cluster(&slots, seed),
+            Ok(Err(error)) => Err(format!("CLUSTER SLOTS: {error}")),
+            Err(_) => Err(format!(
+                "CLUSTER SLOTS: no answer within {:?}",
+                self.timeout
+            )),
+        }
+    }
+
     /// `SCAN cursor MATCH pattern COUNT count` on the node that owns `slot`
     /// (on a cluster; the server itself otherwise): the next cursor and the
     /// keys of this step.
@@ -250,11 +277,18 @@ impl Server {
             return Err(Failure::Refused);
         }
         let attempt = async {
-            let connection = match lane.linked().then(|| self.link.get()).flatten() {
-                Some(linked) => Connection::Linked(linked),
-                None => self.connection().await?,
+            let linked = match lane {
+                Lane::Linked(slot) => self.link.get(slot),
+                Lane::Managed => None,
             };
-            op(connection).await
+            let commands = self.connection().await?;
+            match linked {
+                Some(linked) => {
+                    let fallback = Box::new(commands);
+                    op(Connection::Linked { linked, fallback }).await
+                }
+                None => op(commands).await,
+            }
         };
         match tokio::time::timeout(self.timeout, attempt).await {
             Ok(Ok(reply)) => {
@@ -397,32 +431,38 @@ fn redacted(url: &str) -> String {
 /// Which connection an operation takes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Lane {
-    /// The shared, self-reconnecting connection.
+    /// The shared command connection.
     Managed,
-    /// The coherence link's connection while it is up (else the shared
-    /// one): a tracking table's writes must not come back to its own node.
-    Linked,
-}
-
-impl Lane {
-    fn linked(self) -> bool {
-        self == Lane::Linked
-    }
+    /// The coherence link's connection to the node that serves this slot,
+    /// while the link is up (else the shared one): a tracking table's
+    /// writes must not come back to its own node.
+    Linked(u16),
 }
 
 /// The connection an operation runs on.
 pub(crate) enum Connection {
     Managed(ConnectionManager),
-    Linked(MultiplexedConnection),
     Cluster(ClusterConnection),
+    /// The link's connection to a node; a command it refuses because its
+    /// slot moved since the link was made runs on `fallback`, the command
+    /// path, which follows the cluster (the link is remade soon after).
+    Linked {
+        linked: MultiplexedConnection,
+        fallback: Box<Connection>,
+    },
 }
 
 impl ConnectionLike for Connection {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, redis::Value> {
         match self {
             Connection::Managed(connection) => connection.req_packed_command(cmd),
-            Connection::Linked(connection) => connection.req_packed_command(cmd),
             Connection::Cluster(connection) => connection.req_packed_command(cmd),
+            Connection::Linked { linked, fallback } => Box::pin(async move {
+                match linked.req_packed_command(cmd).await {
+                    Err(error) if moved(&error) => fallback.req_packed_command(cmd).await,
+                    done => done,
+                }
+            }),
         }
     }
 
@@ -436,11 +476,11 @@ impl ConnectionLike for Connection {
             Connection::Managed(connection) => {
                 connection.req_packed_commands(pipeline, offset, count)
             }
-            Connection::Linked(connection) => {
-                connection.req_packed_commands(pipeline, offset, count)
-            }
             Connection::Cluster(connection) => {
                 connection.req_packed_commands(pipeline, offset, count)
+            }
+            Connection::Linked { linked, .. } => {
+                linked.req_packed_commands(pipeline, offset, count)
             }
         }
     }
@@ -448,10 +488,15 @@ impl ConnectionLike for Connection {
     fn get_db(&self) -> i64 {
         match self {
             Connection::Managed(connection) => connection.get_db(),
-            Connection::Linked(connection) => connection.get_db(),
             Connection::Cluster(connection) => connection.get_db(),
+            Connection::Linked { linked, .. } => linked.get_db(),
         }
     }
+}
+
+/// Whether the node said another serves the key (a slot that moved).
+fn moved(error: &RedisError) -> bool {
+    matches!(error.code(), Some("MOVED" | "ASK" | "TRYAGAIN"))
 }
 
 fn is_outage(error: &RedisError) -> bool {
@@ -462,24 +507,30 @@ fn is_outage(error: &RedisError) -> bool {
         || error.is_unrecoverable_error()
 }
 
-/// The coherence link's connection while a session is up, for the
-/// `tracking` tables' commands. `None` between sessions.
+/// The coherence link's connections while a session is up, one per node
+/// with the slots it serves, for the `tracking` tables' commands. Empty
+/// between sessions.
 #[derive(Default)]
-pub(crate) struct LinkSlot(Mutex<Option<MultiplexedConnection>>);
+pub(crate) struct LinkSlot(Mutex<Vec<(Vec<(u16, u16)>, MultiplexedConnection)>>);
 
 impl LinkSlot {
-    pub(crate) fn get(&self) -> Option<MultiplexedConnection> {
+    /// The connection to the node that serves `slot`.
+    pub(crate) fn get(&self, slot: u16) -> Option<MultiplexedConnection> {
+        let connections = self.lock();
+        connections
+            .iter()
+            .find(|(slots, _)| slots.iter().any(|&(from, to)| (from..=to).contains(&slot)))
+            .map(|(_, connection)| connection.clone())
+    }
+
+    pub(crate) fn set(&self, connections: Vec<(Vec<(u16, u16)>, MultiplexedConnection)>) {
+        *self.lock() = connections;
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<(Vec<(u16, u16)>, MultiplexedConnection)>> {
         self.0
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
-    }
-
-    pub(crate) fn set(&self, connection: Option<MultiplexedConnection>) {
-        *self
-            .0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = connection;
     }
 }
 

@@ -42,6 +42,8 @@ pub(crate) struct Tier<T> {
     codec: Arc<dyn Codec<T>>,
     spec: &'static TableSpec,
     prefix: String,
+    /// The cluster slot of every key of the table (its hashtag's).
+    slot: u16,
     schema: u64,
     max_value_bytes: usize,
     tombstone_ttl: Duration,
@@ -91,6 +93,7 @@ impl<T: Cached> Tier<T> {
         Tier {
             schema: frame::schema(spec.fingerprint(), codec.name()),
             prefix: keyspace::prefix(spec),
+            slot: keyspace::slot(keyspace::prefix(spec).as_bytes()),
             server,
             codec,
             spec,
@@ -109,7 +112,7 @@ impl<T: Cached> Tier<T> {
     /// not push their own writes back to them (`NOLOOP`).
     fn lane(&self) -> Lane {
         if self.spec.coherence() == Coherence::Tracking {
-            Lane::Linked
+            Lane::Linked(self.slot)
         } else {
             Lane::Managed
         }
@@ -242,12 +245,10 @@ impl<T: Cached> Tier<T> {
     pub(crate) async fn drop_older(&self, version: &RawId) -> Result<(), Failure> {
         let pattern = format!("{}*", self.prefix);
         let (tombstone, ttl) = (version.to_bytes(), self.tombstone_ttl_ms().to_string());
-        // Every key of the table is on the slot of its hashtag.
-        let slot = keyspace::slot(self.prefix.as_bytes());
         let mut cursor = 0_u64;
         loop {
             let (next, keys) = (self.server)
-                .scan(self.lane(), slot, cursor, &pattern, 1_000)
+                .scan(self.lane(), self.slot, cursor, &pattern, 1_000)
                 .await?;
             if !keys.is_empty() {
                 let keys: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
