@@ -511,7 +511,10 @@ fn is_outage(error: &RedisError) -> bool {
 /// with the slots it serves, for the `tracking` tables' commands. Empty
 /// between sessions.
 #[derive(Default)]
-pub(crate) struct LinkSlot(Mutex<Vec<(Vec<(u16, u16)>, MultiplexedConnection)>>);
+pub(crate) struct LinkSlot(Mutex<Vec<NodeConnection>>);
+
+/// A connection to a node, with the slot ranges the node serves.
+pub(crate) type NodeConnection = (Vec<(u16, u16)>, MultiplexedConnection);
 
 impl LinkSlot {
     /// The connection to the node that serves `slot`.
@@ -523,11 +526,11 @@ impl LinkSlot {
             .map(|(_, connection)| connection.clone())
     }
 
-    pub(crate) fn set(&self, connections: Vec<(Vec<(u16, u16)>, MultiplexedConnection)>) {
+    pub(crate) fn set(&self, connections: Vec<NodeConnection>) {
         *self.lock() = connections;
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<(Vec<(u16, u16)>, MultiplexedConnection)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<NodeConnection>> {
         self.0
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
