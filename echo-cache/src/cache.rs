@@ -455,10 +455,8 @@ impl Builder {
     /// crate's cluster client).
     ///
     /// A table keeps its keys on one slot (`ecc:{<table>}:<id>`), so every
-    /// operation stays on one node. Tables with coherence `none`,
-    /// `tracking` (tracked on every master) and `broadcast` work on a
-    /// cluster; `durable` tables are refused by [`build`](Self::build) with
-    /// [`Error::Config`] until their per-node stream reads land.
+    /// operation stays on one node, and every coherence mode works on a
+    /// cluster (see the [crate docs](crate#l2)).
     ///
     /// ```standalone_crate
     /// use echo_cache::Cache;
@@ -626,7 +624,6 @@ impl Builder {
         let l2 = self
             .l2
             .map(|address| {
-                check_cluster(&address)?;
                 let tls_root = self.l2_tls_root.as_deref();
                 Server::open(&address, tls_root, self.l2_timeout, self.l2_probe_every)
             })
@@ -776,23 +773,6 @@ fn tick_of<'a>(specs: impl Iterator<Item = &'a TableSpec>) -> Duration {
     })
 }
 
-/// Refuses the tables a cluster cannot serve yet.
-fn check_cluster(address: &Address) -> Result<(), Error> {
-    if let Address::Cluster(_) = address
-        && let Some(spec) = directory::declared()
-            .iter()
-            .find(|spec| spec.coherence() == Coherence::Durable)
-    {
-        return Err(Error::Config(format!(
-            "table `{}` has coherence `{}`, which an L2 cluster does not carry yet: \
-             use `none`, `tracking` or `broadcast` on a cluster",
-            spec.name(),
-            spec.coherence()
-        )));
-    }
-    Ok(())
-}
-
 /// The longest node name: it names a consumer group and a client.
 const MAX_NODE_NAME: usize = 64;
 
@@ -858,13 +838,22 @@ impl Lanes {
                 block: self.link.ping_every,
                 ..durable::Settings::default()
             };
-            runtime.spawn(durable::run(
-                Arc::clone(&self.server),
-                durable,
-                self.node_name,
-                settings,
-                self.stop.clone(),
-            ));
+            // A cluster serves each table's stream on the node of its slot: a
+            // lane per table there, one for all on a server.
+            let lanes = if self.server.is_cluster() {
+                durable.into_iter().map(|table| vec![table]).collect()
+            } else {
+                vec![durable]
+            };
+            for tables in lanes {
+                runtime.spawn(durable::run(
+                    Arc::clone(&self.server),
+                    tables,
+                    self.node_name.clone(),
+                    settings.clone(),
+                    self.stop.clone(),
+                ));
+            }
         }
         if !linked.is_empty() {
             runtime.spawn(link::run(

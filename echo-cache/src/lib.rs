@@ -122,8 +122,9 @@
 //!   broadcast channels on one (a classic pub/sub message reaches every
 //!   node's subscribers, over the cluster bus), and starts afresh (flush,
 //!   bypass, reconnect) when the cluster's topology changes: a failover, a
-//!   reshard. `durable` tables are refused at [`Builder::build`] until
-//!   their per-node stream reads land.
+//!   reshard. A `durable` table's stream lives on its slot: each node reads
+//!   it through its own blocking connection to the slot's owner, and starts
+//!   afresh when the owner changes.
 //!
 //! # Connecting to L2
 //!

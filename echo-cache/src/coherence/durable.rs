@@ -185,8 +185,11 @@ impl Lane {
     /// One session: connect, create the groups, catch up, trust, then read
     /// until the connection is lost. Sets `up` once the tables are trusted.
     async fn session(&mut self, server: &Server, up: &mut bool) -> Result<Infallible, String> {
-        // One server: durable tables are refused on a cluster for now.
-        let client = &server.nodes()[0];
+        // On a cluster a lane reads one table's stream (a read of streams
+        // on several slots would be refused): on the node that serves it.
+        let slot = crate::keyspace::slot(self.streams[0].as_bytes());
+        let owner = server.owner(slot).await?;
+        let client = redis::Client::open(owner.info.clone()).map_err(|e| e.to_string())?;
         let deadline = self.settings.deadline;
         let read_deadline = self.settings.block + deadline;
         let config = AsyncConnectionConfig::new()
@@ -241,6 +244,9 @@ impl Lane {
         loop {
             let reply = query(&mut connection, "XREADGROUP", read_deadline, &read).await?;
             self.apply_new(&mut connection, &reply).await?;
+            if server.owner(slot).await?.name != owner.name {
+                return Err(format!("the slot of {} moved", self.streams[0]));
+            }
             if Instant::now() >= next_cleanup {
                 for index in 0..self.streams.len() {
                     self.survey(&mut connection, index).await?;

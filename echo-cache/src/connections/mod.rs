@@ -24,12 +24,12 @@ use redis::aio::{
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
-use redis::{Cmd, FromRedisValue, RedisError, Script, Value};
+use redis::{Cmd, ConnectionInfo, FromRedisValue, RedisError, Script, Value};
 use tokio::sync::OnceCell;
 
 use crate::error::Error;
 use breaker::Breaker;
-pub(crate) use topology::Topology;
+pub(crate) use topology::{Master, Topology};
 
 /// Why an L2 operation did not happen.
 #[derive(Debug)]
@@ -81,9 +81,9 @@ enum Commands {
 /// The L2 server (or cluster) of a cache.
 pub(crate) struct Server {
     commands: Commands,
-    /// Clients of the nodes a lane may open its own connection to: the
-    /// server, or each seed of the cluster.
-    nodes: Vec<redis::Client>,
+    /// The connection settings of the server, or of the cluster's first
+    /// seed: the lanes reach each node with them, at the node's address.
+    seed: ConnectionInfo,
     /// The coherence link's connection, for the tracking tables.
     link: Arc<LinkSlot>,
     timeout: Duration,
@@ -128,17 +128,16 @@ impl Server {
         };
         Ok(Server {
             commands,
-            nodes,
+            seed: nodes[0].get_connection_info().clone(),
             link: Arc::default(),
             timeout,
             breaker: Breaker::new(probe_every),
         })
     }
 
-    /// Clients of the nodes a lane may open its own connection to (the
-    /// server, or the cluster's seeds), in the order to try them.
-    pub(crate) fn nodes(&self) -> &[redis::Client] {
-        &self.nodes
+    /// Whether L2 is a cluster.
+    pub(crate) fn is_cluster(&self) -> bool {
+        matches!(self.commands, Commands::Cluster { .. })
     }
 
     /// The slot the coherence link publishes its connection in.
@@ -213,7 +212,7 @@ impl Server {
     /// Who serves which slots now: the masters of the cluster (asked of a
     /// node, within the timeout), or the one server.
     pub(crate) async fn topology(&self) -> Result<Topology, String> {
-        let seed = self.nodes[0].get_connection_info();
+        let seed = &self.seed;
         let Commands::Cluster { .. } = &self.commands else {
             return Ok(Topology::single(seed.clone()));
         };
@@ -233,6 +232,15 @@ impl Server {
                 self.timeout
             )),
         }
+    }
+
+    /// The master that serves `slot` now (the server, if not a cluster).
+    pub(crate) async fn owner(&self, slot: u16) -> Result<Master, String> {
+        self.topology()
+            .await?
+            .owner(slot)
+            .cloned()
+            .ok_or_else(|| format!("no node serves slot {slot}"))
     }
 
     /// `SCAN cursor MATCH pattern COUNT count` on the node that owns `slot`

@@ -75,6 +75,16 @@ impl Topology {
         Ok(Topology { masters })
     }
 
+    /// The master that serves `slot`.
+    pub(crate) fn owner(&self, slot: u16) -> Option<&Master> {
+        self.masters.iter().find(|master| {
+            master
+                .slots
+                .iter()
+                .any(|&(from, to)| (from..=to).contains(&slot))
+        })
+    }
+
     /// Whether `other` assigns the slots to the same masters.
     pub(crate) fn same(&self, other: &Topology) -> bool {
         self.masters.len() == other.masters.len()
@@ -164,6 +174,8 @@ mod tests {
         assert_eq!(names, ["127.0.0.1:7000", "127.0.0.1:7001"]);
         assert_eq!(topology.masters[1].slots, [(0, 99), (5, 5)]);
         assert_eq!(topology.masters[0].slots, [(100, 16383)]);
+        assert_eq!(topology.owner(100).unwrap().name, "127.0.0.1:7000");
+        assert_eq!(topology.owner(5).unwrap().name, "127.0.0.1:7001");
         let info = &topology.masters[1].info;
         assert_eq!(info.addr(), &ConnectionAddr::Tcp("127.0.0.1".into(), 7001));
         assert_eq!(info.redis_settings().username(), Some("user"));
