@@ -63,6 +63,52 @@
 //! panics while a fixture is alive, the fixture prints the log's tail to
 //! stderr as it drops.
 //!
+//! # Cluster
+//!
+//! [`RedisCluster::start`]`(masters, replicas_per_master)` runs a real
+//! cluster on loopback: one [`RedisServer`] a node (`--cluster-enabled yes`,
+//! its own `nodes.conf` in its temp dir, a 1 s `cluster-node-timeout` so
+//! failovers are quick), the slots shared evenly by the masters, and returns
+//! once every node reports `cluster_state:ok` and all agree on the roles and
+//! slot owners (about 2 s: a master never reports ok sooner after its own
+//! start). Roles and owners are asked of the cluster each time, so they
+//! follow failovers and reshards. Each operation blocks until the cluster
+//! agrees again, bounded by [`DEFAULT_CONVERGE_TIMEOUT`], and panics naming
+//! what did not converge, with each node's `CLUSTER NODES`. Dropping the
+//! fixture kills every node.
+//!
+//! ```no_run
+//! use echo_cache_testkit::RedisCluster;
+//!
+//! let cluster = RedisCluster::start(3, 1); // 3 masters, 1 replica each
+//! let seeds = cluster.urls(); // redis://127.0.0.1:<port> of every node
+//! # let _ = seeds;
+//! let slot = cluster.slot_of("ecc:{GAM}:42"); // CLUSTER KEYSLOT
+//! let owner = cluster.node_of_slot(slot); // a &ClusterNode: a RedisServer and its id
+//! let () = owner.query(redis::cmd("SET").arg("ecc:{GAM}:42").arg("v"));
+//!
+//! // A live reshard of one slot (run it on a blocking thread under load),
+//! // or step by step, to act while its keys are split and ASK is live:
+//! let other = *cluster.masters().iter().find(|m| m.id() != owner.id()).unwrap();
+//! let migration = cluster.begin_migration(slot, other);
+//! cluster.migrate_keys(&migration, 10);
+//! cluster.finish_migration(migration);
+//! cluster.migrate_slot(slot, owner); // all three steps at once
+//!
+//! // Failover: by hand, or the cluster's own after a master dies.
+//! let replica = cluster.replicas_of(owner)[0];
+//! cluster.failover(replica); // CLUSTER FAILOVER; returns once all agree
+//! replica.kill();
+//! let heir = cluster.wait_for_failover(replica); // `owner` again
+//! replica.restart(); // rejoins, as a replica of `heir`
+//! cluster.wait_ok();
+//! # let _ = heir;
+//! ```
+//!
+//! [`RedisCluster::builder`] sets another node timeout, converge timeout or
+//! extra flags of every node (e.g. `--cluster-require-full-coverage no`, so
+//! the other masters keep serving while one is down).
+//!
 //! # Notes
 //!
 //! - The servers run with `--protected-mode yes`, `--daemonize no`, and on
@@ -70,7 +116,8 @@
 //!   slow-server tests). Extra flags go through [`RedisServer::builder`].
 //! - `CLUSTER KEYSLOT` needs `--cluster-enabled yes` on Redis 7.0 (it
 //!   answers "cluster support disabled" otherwise); with that flag the
-//!   fixture also reserves the cluster bus port (`port + 10000`).
+//!   fixture also reserves the cluster bus port (`port + 10000`), as for
+//!   every node of a [`RedisCluster`].
 //! - Start, restart, kill, pause and [`query`](RedisServer::query) block the
 //!   calling thread (milliseconds; bounded by the startup timeout or
 //!   [`CLIENT_TIMEOUT`]); calling them from an async test is fine.
@@ -96,6 +143,13 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
+
+mod cluster;
+
+pub use cluster::{
+    ClusterNode, DEFAULT_CONVERGE_TIMEOUT, DEFAULT_NODE_TIMEOUT, RedisCluster, RedisClusterBuilder,
+    SLOT_COUNT, SlotMigration,
+};
 
 /// The environment variable that names a server binary to use instead of the
 /// `valkey-server` / `redis-server` found on `PATH`.
@@ -149,6 +203,10 @@ pub enum ErrorKind {
     Startup,
     /// An I/O error of the fixture itself (temp dir, log file, spawn).
     Io,
+    /// A [`RedisCluster`] did not come together: a setup command failed, or
+    /// the nodes did not agree within the timeout; the message names what
+    /// did not converge and shows each node's `CLUSTER NODES`.
+    Cluster,
 }
 
 impl Error {
@@ -722,14 +780,17 @@ impl RedisServer {
     /// [`CLIENT_TIMEOUT`]; panics if it can't connect.
     #[track_caller]
     pub fn blocking_connection(&self) -> redis::Connection {
-        let connect = || -> redis::RedisResult<redis::Connection> {
-            let conn = self.client().get_connection_with_timeout(CLIENT_TIMEOUT)?;
-            conn.set_read_timeout(Some(CLIENT_TIMEOUT))?;
-            conn.set_write_timeout(Some(CLIENT_TIMEOUT))?;
-            Ok(conn)
-        };
-        connect()
+        self.try_blocking_connection()
             .unwrap_or_else(|e| panic!("connecting to {}: {e}\n{}", self.url(), self.log_section()))
+    }
+
+    /// Like [`blocking_connection`](Self::blocking_connection), returning the
+    /// failure: the cluster's polls retry a node that is briefly unreachable.
+    fn try_blocking_connection(&self) -> redis::RedisResult<redis::Connection> {
+        let conn = self.client().get_connection_with_timeout(CLIENT_TIMEOUT)?;
+        conn.set_read_timeout(Some(CLIENT_TIMEOUT))?;
+        conn.set_write_timeout(Some(CLIENT_TIMEOUT))?;
+        Ok(conn)
     }
 
     /// Runs one command on a fresh [`blocking_connection`](Self::blocking_connection)
@@ -741,23 +802,8 @@ impl RedisServer {
     #[track_caller]
     pub fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> T {
         let mut conn = self.blocking_connection();
-        cmd.query(&mut conn).unwrap_or_else(|e| {
-            let args: Vec<String> = cmd
-                .args_iter()
-                .map(|arg| match arg {
-                    redis::Arg::Simple(bytes) if bytes.len() > 64 => {
-                        format!(
-                            "{}...({} bytes)",
-                            String::from_utf8_lossy(&bytes[..64]),
-                            bytes.len()
-                        )
-                    }
-                    redis::Arg::Simple(bytes) => String::from_utf8_lossy(bytes).into_owned(),
-                    _ => "<cursor>".to_owned(),
-                })
-                .collect();
-            panic!("{} on {}: {e}", args.join(" "), self.url())
-        })
+        cmd.query(&mut conn)
+            .unwrap_or_else(|e| panic!("{} on {}: {e}", describe_command(cmd), self.url()))
     }
 
     /// `CONFIG SET name value`; panics on error.
@@ -1043,6 +1089,25 @@ fn lock_port(port: u16) -> Result<Option<File>, PortLock> {
 #[cfg(not(target_os = "linux"))]
 fn lock_port(_port: u16) -> Result<Option<File>, PortLock> {
     Ok(None)
+}
+
+/// A command as text for failure messages (long arguments shortened).
+fn describe_command(cmd: &redis::Cmd) -> String {
+    let args: Vec<String> = cmd
+        .args_iter()
+        .map(|arg| match arg {
+            redis::Arg::Simple(bytes) if bytes.len() > 64 => {
+                format!(
+                    "{}...({} bytes)",
+                    String::from_utf8_lossy(&bytes[..64]),
+                    bytes.len()
+                )
+            }
+            redis::Arg::Simple(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+            _ => "<cursor>".to_owned(),
+        })
+        .collect();
+    args.join(" ")
 }
 
 /// Sends one command over a fresh connection and returns the reply: the
