@@ -10,6 +10,8 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+pub mod checker;
+
 // Each binary uses part of these; like `dead_code` above, an unused one
 // must not warn.
 #[allow(unused_imports)]

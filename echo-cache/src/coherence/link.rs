@@ -29,7 +29,7 @@ use tokio::sync::{mpsc, watch};
 
 use super::Target;
 use super::message;
-use crate::connections::Server;
+use crate::connections::{NodeConnection, Server, Topology};
 use crate::spec::Coherence;
 
 /// Settings of the link.
@@ -47,6 +47,11 @@ pub(crate) struct Settings {
 struct Route {
     table: Arc<dyn Target>,
     address: Vec<u8>,
+    /// The slot of the table's keys, and of its channel: a publisher's
+    /// `PUBLISH` goes to that slot's owner, and so does the subscription,
+    /// so a message reaches its subscribers without crossing the cluster
+    /// bus.
+    slot: u16,
 }
 
 impl Route {
@@ -59,6 +64,7 @@ impl Route {
         Route {
             table: Arc::clone(table),
             address: address.into_bytes(),
+            slot: crate::keyspace::slot(crate::keyspace::prefix(spec).as_bytes()),
         }
     }
 
@@ -125,13 +131,7 @@ async fn session(
             .map_err(|e| format!("CLIENT TRACKING on {}: {e}", master.name))?;
         connections.push((master.slots.clone(), connection));
     }
-    let (_, first) = connections.first_mut().ok_or("no node serves slots")?;
-    for route in routes.iter().filter(|route| !route.tracking()) {
-        first
-            .subscribe(&route.address)
-            .await
-            .map_err(|e| format!("subscribe: {e}"))?;
-    }
+    subscribe(&mut connections, routes, None).await?;
     server.link().set(connections.clone());
     // The server is back: what this node's writes could not deliver while
     // it was away goes out before its tables are trusted (the delivery task
@@ -146,6 +146,9 @@ async fn session(
 
     let mut ping = tokio::time::interval(settings.ping_every);
     ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut watch = tokio::time::interval(TOPOLOGY_EVERY);
+    watch.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut topology = topology;
     loop {
         tokio::select! {
             push = received.recv() => match push {
@@ -166,12 +169,83 @@ async fn session(
                     }
                 }
                 server.answered();
-                if !server.topology().await?.same(&topology) {
-                    return Err("the cluster's topology changed".into());
+            }
+            _ = watch.tick(), if server.is_cluster() => {
+                let now = server.topology().await?;
+                if now.same(&topology) {
+                    continue;
                 }
+                if !now.same_masters(&topology) {
+                    // A failover or a new master: one this link has no
+                    // tracking connection to may serve keys now.
+                    return Err("the cluster's masters changed".into());
+                }
+                // A reshard among the masters this link tracks: pushes keep
+                // coming; only the routes of the tracking tables' commands
+                // follow the slots.
+                let before = connections.clone();
+                connections = remap(connections, &topology, &now);
+                subscribe(&mut connections, routes, Some(&before)).await?;
+                server.link().set(connections.clone());
+                topology = now;
             }
         }
     }
+}
+
+/// How often a link on a cluster reads the topology: within this a link
+/// starts afresh after a failover (a promoted replica pushes nothing to a
+/// link that is not connected to it) and routes its tables' commands to a
+/// slot's new owner after a reshard.
+const TOPOLOGY_EVERY: Duration = Duration::from_millis(50);
+
+/// `connections`, made to `from`'s masters, with the slots each serves in
+/// `to` (the same masters).
+fn remap(connections: Vec<NodeConnection>, from: &Topology, to: &Topology) -> Vec<NodeConnection> {
+    from.masters
+        .iter()
+        .zip(connections)
+        .map(|(master, (_, connection))| {
+            let slots = to
+                .masters
+                .iter()
+                .find(|now| now.name == master.name)
+                .map(|now| now.slots.clone())
+                .unwrap_or_default();
+            (slots, connection)
+        })
+        .collect()
+}
+
+/// Subscribes each broadcast table's channel on the connection to the node
+/// that serves its slot (unless, with `before`, that node served it
+/// already: a reshard moves only some slots). A subscription left on a
+/// node that no longer serves the slot does no harm: a message published
+/// anywhere reaches every node's subscribers.
+async fn subscribe(
+    connections: &mut [NodeConnection],
+    routes: &[Route],
+    before: Option<&[NodeConnection]>,
+) -> Result<(), String> {
+    let serves = |slots: &[(u16, u16)], slot: u16| {
+        slots.iter().any(|&(from, to)| (from..=to).contains(&slot))
+    };
+    for route in routes.iter().filter(|route| !route.tracking()) {
+        let Some(index) = connections
+            .iter()
+            .position(|(slots, _)| serves(slots, route.slot))
+        else {
+            continue;
+        };
+        if before.is_some_and(|before| serves(&before[index].0, route.slot)) {
+            continue;
+        }
+        (connections[index].1)
+            .subscribe(&route.address)
+            .await
+            .map_err(|e| format!("subscribe: {e}"))?;
+    }
+    Ok(())
 }
 
 /// Turns on tracking of the tracking tables' prefixes on `connection`,

@@ -181,10 +181,18 @@ impl Server {
         lane: Lane,
         cmd: Cmd,
     ) -> Result<R, Failure> {
-        self.run(lane, async move |mut connection| {
-            cmd.query_async(&mut connection).await
-        })
-        .await
+        let mut attempt = 1;
+        loop {
+            let cmd = &cmd;
+            let done = self
+                .run(lane, async move |mut connection| {
+                    cmd.query_async(&mut connection).await
+                })
+                .await;
+            if !unsettled(&done, &mut attempt).await {
+                return done;
+            }
+        }
     }
 
     /// Runs `script` on `keys` and `args` (EVALSHA, loading the script again
@@ -196,17 +204,24 @@ impl Server {
         keys: &[&[u8]],
         args: &[&[u8]],
     ) -> Result<R, Failure> {
-        self.run(lane, async move |mut connection| {
-            let mut invocation = script.prepare_invoke();
-            for key in keys {
-                invocation.key(*key);
+        let mut attempt = 1;
+        loop {
+            let done = self
+                .run(lane, async move |mut connection| {
+                    let mut invocation = script.prepare_invoke();
+                    for key in keys {
+                        invocation.key(*key);
+                    }
+                    for arg in args {
+                        invocation.arg(*arg);
+                    }
+                    invocation.invoke_async(&mut connection).await
+                })
+                .await;
+            if !unsettled(&done, &mut attempt).await {
+                return done;
             }
-            for arg in args {
-                invocation.arg(*arg);
-            }
-            invocation.invoke_async(&mut connection).await
-        })
-        .await
+        }
     }
 
     /// Who serves which slots now: the masters of the cluster (asked of a
@@ -293,7 +308,13 @@ impl Server {
             match linked {
                 Some(linked) => {
                     let fallback = Box::new(commands);
-                    op(Connection::Linked { linked, fallback }).await
+                    let redirected = false;
+                    op(Connection::Linked {
+                        linked,
+                        fallback,
+                        redirected,
+                    })
+                    .await
                 }
                 None => op(commands).await,
             }
@@ -451,12 +472,14 @@ pub(crate) enum Lane {
 pub(crate) enum Connection {
     Managed(ConnectionManager),
     Cluster(ClusterConnection),
-    /// The link's connection to a node; a command it refuses because its
-    /// slot moved since the link was made runs on `fallback`, the command
-    /// path, which follows the cluster (the link is remade soon after).
+    /// The link's connection to a node. Once it refuses a command because
+    /// its slot moved since the link was made, that command and the rest of
+    /// the operation (a script's `SCRIPT LOAD` and retry, say) run on
+    /// `fallback`, the command path, which follows the cluster.
     Linked {
         linked: MultiplexedConnection,
         fallback: Box<Connection>,
+        redirected: bool,
     },
 }
 
@@ -465,11 +488,18 @@ impl ConnectionLike for Connection {
         match self {
             Connection::Managed(connection) => connection.req_packed_command(cmd),
             Connection::Cluster(connection) => connection.req_packed_command(cmd),
-            Connection::Linked { linked, fallback } => Box::pin(async move {
-                match linked.req_packed_command(cmd).await {
-                    Err(error) if moved(&error) => fallback.req_packed_command(cmd).await,
-                    done => done,
+            Connection::Linked {
+                linked,
+                fallback,
+                redirected,
+            } => Box::pin(async move {
+                if !*redirected {
+                    match linked.req_packed_command(cmd).await {
+                        Err(error) if moved(&error) => *redirected = true,
+                        done => return done,
+                    }
                 }
+                fallback.req_packed_command(cmd).await
             }),
         }
     }
@@ -500,6 +530,25 @@ impl ConnectionLike for Connection {
             Connection::Linked { linked, .. } => linked.get_db(),
         }
     }
+}
+
+/// How many times an operation a cluster keeps redirecting is tried, and
+/// how long apart: a slot's owners agree within milliseconds.
+const SETTLE_ATTEMPTS: usize = 10;
+const SETTLE_PAUSE: Duration = Duration::from_millis(5);
+
+/// Whether an operation should run again because the cluster redirected it
+/// (after a pause, counted in `attempt`): while a slot changes hands, its
+/// nodes disagree for a moment on who serves it, and the cluster client's
+/// immediate redirects can bounce between them until it gives up.
+async fn unsettled<R>(done: &Result<R, Failure>, attempt: &mut usize) -> bool {
+    let redirected = matches!(done, Err(Failure::Redis(error)) if moved(error));
+    if !redirected || *attempt >= SETTLE_ATTEMPTS {
+        return false;
+    }
+    *attempt += 1;
+    tokio::time::sleep(SETTLE_PAUSE).await;
+    true
 }
 
 /// Whether the node said another serves the key (a slot that moved).

@@ -85,6 +85,16 @@ impl Topology {
         })
     }
 
+    /// Whether `other` names the same masters (whatever slots they serve).
+    pub(crate) fn same_masters(&self, other: &Topology) -> bool {
+        self.masters.len() == other.masters.len()
+            && self
+                .masters
+                .iter()
+                .zip(&other.masters)
+                .all(|(a, b)| a.name == b.name)
+    }
+
     /// Whether `other` assigns the slots to the same masters.
     pub(crate) fn same(&self, other: &Topology) -> bool {
         self.masters.len() == other.masters.len()

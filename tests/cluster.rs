@@ -1,0 +1,317 @@
+//! L2 on a real local Valkey/Redis Cluster (three masters on loopback, and
+//! replicas where a test fails one over): keys on the slot and the node that
+//! own them, the stale-read checker of every coherence mode, a herd across
+//! two nodes, one master down while the others serve, and a live reshard
+//! and a failover under a read/write load with no caller error and no read
+//! staler than the delivery bound.
+
+mod coherence_support;
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use coherence_support::{Broadcast, Entity, Sor, Tracked, bounded, checker, eventually};
+use echo_cache::{Builder, Cache, Cached, Id, Source, keyspace, near_cache};
+use echo_cache_testkit::RedisCluster;
+
+#[near_cache(
+    kind = "DUR",
+    ttl_ms = 600_000,
+    coherence = "durable",
+    name = "durable"
+)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+struct Durable {
+    revision: u64,
+}
+
+#[near_cache(kind = "PLN", ttl_ms = 600_000, coherence = "none", name = "plain")]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+struct Plain {
+    revision: u64,
+}
+
+impl Entity for Durable {
+    fn at(revision: u64) -> Durable {
+        Durable { revision }
+    }
+    fn revision(&self) -> u64 {
+        self.revision
+    }
+}
+
+impl Entity for Plain {
+    fn at(revision: u64) -> Plain {
+        Plain { revision }
+    }
+    fn revision(&self) -> u64 {
+        self.revision
+    }
+}
+
+/// The delivery bound on a cluster, as on one server (`coherence_races`).
+const D: Duration = Duration::from_millis(100);
+/// How long the readers of a stale-read checker read.
+const RUN_FOR: Duration = Duration::from_millis(2_500);
+
+/// A node on `cluster` whose loaders read `sor`, with short L2 bounds (a
+/// dead master costs a fetch that much before the loader answers).
+fn node(cluster: &RedisCluster, sor: &Sor) -> Cache {
+    let builder: Builder = Cache::builder()
+        .l2_cluster(cluster.urls())
+        .l2_timeout(Duration::from_millis(500))
+        .fetch_timeout(Some(coherence_support::BOUND))
+        .coherence_ping_every(coherence_support::PING_EVERY);
+    let builder = coherence_support::with_loaders(builder, sor);
+    let (durable, plain) = (sor.clone(), sor.clone());
+    builder
+        .loader(move |id: Id<Durable>| {
+            let revision = durable.get(id.raw());
+            async move { Ok::<_, Infallible>(Some(Durable { revision })) }
+        })
+        .loader(move |id: Id<Plain>| {
+            let revision = plain.get(id.raw());
+            async move { Ok::<_, Infallible>(Some(Plain { revision })) }
+        })
+        .build()
+        .expect("cache builds")
+}
+
+async fn ready(nodes: &[Cache]) {
+    for node in nodes {
+        bounded("the node to be ready", node.ready()).await;
+    }
+}
+
+/// The slot of `T`'s keys.
+fn slot_of<T: Cached>() -> u16 {
+    keyspace::slot(keyspace::prefix(T::spec()).as_bytes())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_land_on_the_slot_and_the_node_that_own_them() {
+    let cluster = RedisCluster::start(3, 0);
+    let sor = Sor::default();
+    let cache = node(&cluster, &sor);
+    let id = Id::<Plain>::mint();
+    assert_eq!(cache.fetch(id).await.unwrap().source(), Source::Fill);
+
+    let key = keyspace::key(Plain::spec(), &id.raw());
+    let slot = cluster.slot_of(&key);
+    assert_eq!(
+        slot,
+        keyspace::slot(key.as_bytes()),
+        "CLUSTER KEYSLOT agrees"
+    );
+    let owner = cluster.node_of_slot(slot);
+    let frame: Option<Vec<u8>> = owner.query(redis::cmd("GET").arg(&key));
+    assert!(
+        frame.is_some(),
+        "the frame is on {owner}, the owner of slot {slot}"
+    );
+    let stats = cache.stats::<Plain>();
+    assert_eq!((stats.fills, stats.l2_errors), (1, 0));
+
+    let second = node(&cluster, &sor);
+    assert_eq!(second.fetch(id).await.unwrap().source(), Source::L2);
+}
+
+async fn stale_read_checker<T: Entity>() {
+    let cluster = RedisCluster::start(3, 0);
+    let sor = Sor::default();
+    let nodes = [node(&cluster, &sor), node(&cluster, &sor)];
+    ready(&nodes).await;
+    checker::run::<T>(&nodes, &sor, RUN_FOR, D, std::future::ready(())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stale_read_checker_tracking_on_a_cluster() {
+    stale_read_checker::<Tracked>().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stale_read_checker_broadcast_on_a_cluster() {
+    stale_read_checker::<Broadcast>().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stale_read_checker_durable_on_a_cluster() {
+    stale_read_checker::<Durable>().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_herd_across_two_nodes_loads_once_per_node_at_most() {
+    let cluster = RedisCluster::start(3, 0);
+    let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    // Loaders wait until the gate opens: every caller joins first.
+    let gate = Arc::new(tokio::sync::watch::Sender::new(false));
+    let counted = |calls: &Arc<std::sync::atomic::AtomicUsize>| {
+        let (calls, gate) = (Arc::clone(calls), Arc::clone(&gate));
+        Cache::builder()
+            .l2_cluster(cluster.urls())
+            .l2_timeout(Duration::from_secs(2))
+            .loader(move |id: Id<Plain>| {
+                let (calls, mut open) = (Arc::clone(&calls), gate.subscribe());
+                async move {
+                    calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    let _ = open.wait_for(|&open| open).await;
+                    Ok::<_, Infallible>(Some(Plain {
+                        revision: id.payload(),
+                    }))
+                }
+            })
+            .build()
+            .expect("cache builds")
+    };
+    let nodes = [counted(&calls), counted(&calls)];
+    let id = Id::<Plain>::mint();
+    let herd: Vec<_> = (0..200)
+        .map(|i| {
+            let node = nodes[i % 2].clone();
+            tokio::spawn(async move { node.fetch(id).await })
+        })
+        .collect();
+    eventually("every caller to join a flight", async || {
+        nodes.iter().map(|n| n.stats::<Plain>().misses).sum::<u64>() == 200
+    })
+    .await;
+    gate.send_replace(true);
+    for caller in herd {
+        let fetched = bounded("a caller", caller)
+            .await
+            .unwrap()
+            .expect("the value");
+        assert_eq!(fetched.revision, id.payload());
+    }
+    let loads = calls.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(
+        (1..=2).contains(&loads),
+        "{loads} loads for a herd on two nodes"
+    );
+    let third = counted(&calls);
+    assert_eq!(third.fetch(id).await.unwrap().source(), Source::L2);
+}
+
+/// One master down (the one of the broadcast table's slot): that table's
+/// fetches go to the loader, with no caller error; the plain table, on
+/// another master, keeps its L2.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_master_down_the_others_keep_serving_l2() {
+    let cluster = RedisCluster::builder(3, 0)
+        .args(["--cluster-require-full-coverage", "no"])
+        .start();
+    let sor = Sor::default();
+    let (a, b) = (node(&cluster, &sor), node(&cluster, &sor));
+    let down = cluster.node_of_slot(slot_of::<Broadcast>());
+    assert_ne!(
+        cluster.node_of_slot(slot_of::<Plain>()).id(),
+        down.id(),
+        "the two tables live on different masters"
+    );
+    let id = Id::<Plain>::mint();
+    a.fetch(id).await.expect("a fill");
+
+    down.kill();
+    for _ in 0..5 {
+        let fetched = a.fetch(Id::<Broadcast>::mint()).await;
+        assert_eq!(fetched.expect("no caller error").source(), Source::Fill);
+    }
+    assert!(a.stats::<Broadcast>().l2_errors > 0, "its L2 is down");
+    assert_eq!(
+        b.fetch(id).await.expect("no caller error").source(),
+        Source::L2,
+        "the plain table's master still serves its L2"
+    );
+}
+
+/// A live reshard of a table's slot under the stale-read checker's load:
+/// no caller error, no read staler than `D`.
+async fn reshard_under_load<T: Entity>() {
+    let cluster = Arc::new(RedisCluster::start(3, 0));
+    let sor = Sor::default();
+    let nodes = [node(&cluster, &sor), node(&cluster, &sor)];
+    ready(&nodes).await;
+    let reshard = {
+        let cluster = Arc::clone(&cluster);
+        async move {
+            tokio::time::sleep(RUN_FOR / 3).await;
+            let slot = slot_of::<T>();
+            let owner = cluster.node_of_slot(slot).id().to_owned();
+            let moved = tokio::task::spawn_blocking(move || {
+                let to = *cluster
+                    .masters()
+                    .iter()
+                    .find(|m| m.id() != owner)
+                    .expect("another master");
+                cluster.migrate_slot(slot, to);
+                cluster.node_of_slot(slot).id() != owner
+            });
+            assert!(moved.await.expect("the reshard"), "the slot moved");
+        }
+    };
+    checker::run::<T>(&nodes, &sor, RUN_FOR, D, reshard).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_live_reshard_under_load_tracking() {
+    reshard_under_load::<Tracked>().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_live_reshard_under_load_broadcast() {
+    reshard_under_load::<Broadcast>().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_live_reshard_under_load_durable() {
+    reshard_under_load::<Durable>().await;
+}
+
+/// The master of a table's slot fails over (`CLUSTER FAILOVER` on its
+/// replica) under the checker's load: no caller error, no read staler
+/// than `D`.
+async fn failover_under_load<T: Entity>() {
+    let cluster = Arc::new(RedisCluster::start(3, 1));
+    let sor = Sor::default();
+    let nodes = [node(&cluster, &sor), node(&cluster, &sor)];
+    ready(&nodes).await;
+    let failover = {
+        let cluster = Arc::clone(&cluster);
+        async move {
+            tokio::time::sleep(RUN_FOR / 3).await;
+            let slot = slot_of::<T>();
+            let owner = cluster.node_of_slot(slot).id().to_owned();
+            let promoted = tokio::task::spawn_blocking(move || {
+                let master = *cluster
+                    .masters()
+                    .iter()
+                    .find(|m| m.id() == owner)
+                    .expect("the owner is a master");
+                let replica = cluster.replicas_of(master)[0];
+                cluster.failover(replica);
+                cluster.node_of_slot(slot).id() != owner
+            });
+            assert!(
+                promoted.await.expect("the failover"),
+                "the replica took over"
+            );
+        }
+    };
+    checker::run::<T>(&nodes, &sor, RUN_FOR, D, failover).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failover_under_load_tracking() {
+    failover_under_load::<Tracked>().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failover_under_load_broadcast() {
+    failover_under_load::<Broadcast>().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failover_under_load_durable() {
+    failover_under_load::<Durable>().await;
+}

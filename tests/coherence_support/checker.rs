@@ -1,0 +1,213 @@
+//! The stale-read checker: writers and readers of one table on several
+//! cache nodes, and what their reads may not show.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use echo_cache::{Cache, Error, Id, Source};
+
+use super::{Entity, Sor, bounded};
+
+/// Ids written and read by the stale-read checker.
+const IDS: usize = 100;
+
+/// Reader tasks per node.
+const READERS: usize = 2;
+
+/// One read of the stale-read checker.
+#[derive(Clone, Copy, Debug)]
+struct Read {
+    node: usize,
+    id: usize,
+    began: Instant,
+    ended: Instant,
+    revision: u64,
+    source: Source,
+}
+
+/// A small xorshift: the ids and the operations of the checker.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: usize) -> usize {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        usize::try_from(self.0 % n as u64).expect("below n")
+    }
+}
+
+/// The stale-read checker of a mode. A writer bumps the revision of one of
+/// [`IDS`] ids in the system of record, then puts or invalidates it on the
+/// first node, and records when that write was acknowledged; readers on
+/// every node fetch ids continuously for `run_for`, while `disturb` runs
+/// (a reshard, a failover, or nothing). Then:
+///
+/// (a) no read returns a revision older than one whose write was
+///     acknowledged more than `d` before the read began;
+/// (b) on each node, revisions never go backwards: a read that began after
+///     another one ended returns a revision at least as new;
+/// (c) no read failed.
+///
+/// A write the cache reports not delivered (a `durable` stream append that
+/// failed) was not acknowledged: it is not held against the readers.
+pub async fn run<T: Entity>(
+    nodes: &[Cache],
+    sor: &Sor,
+    run_for: Duration,
+    d: Duration,
+    disturb: impl Future<Output = ()>,
+) {
+    let ids: Arc<Vec<Id<T>>> = Arc::new((0..IDS).map(|_| Id::mint()).collect());
+    let until = Instant::now() + run_for;
+
+    let writer = {
+        let (a, ids, sor) = (nodes[0].clone(), Arc::clone(&ids), sor.clone());
+        tokio::spawn(async move {
+            let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+            let mut acks: Vec<Vec<(u64, Instant)>> = vec![Vec::new(); IDS];
+            while Instant::now() < until {
+                let i = rng.below(IDS);
+                let revision = sor.bump(ids[i].raw());
+                let written = if rng.below(2) == 0 {
+                    a.put(ids[i], T::at(revision)).await.map(drop)
+                } else {
+                    a.invalidate(ids[i]).await.map(drop)
+                };
+                match written {
+                    Ok(()) => acks[i].push((revision, Instant::now())),
+                    Err(Error::NotDelivered { .. }) => {}
+                    Err(error) => panic!("a write failed: {error}"),
+                }
+                tokio::task::yield_now().await;
+            }
+            acks
+        })
+    };
+    let readers: Vec<_> = (0..nodes.len() * READERS)
+        .map(|r| {
+            let (node, ids) = (r % nodes.len(), Arc::clone(&ids));
+            let cache = nodes[node].clone();
+            tokio::spawn(async move {
+                let mut rng = Rng(0x2545_f491_4f6c_dd1d ^ (r as u64 + 1));
+                let mut reads = Vec::new();
+                while Instant::now() < until {
+                    let id = rng.below(IDS);
+                    let began = Instant::now();
+                    let fetched = cache.fetch(ids[id]).await.expect("fetch");
+                    reads.push(Read {
+                        node,
+                        id,
+                        began,
+                        ended: Instant::now(),
+                        revision: fetched.revision(),
+                        source: fetched.source(),
+                    });
+                    // A hit never yields by itself: let the links run.
+                    tokio::task::yield_now().await;
+                }
+                reads
+            })
+        })
+        .collect();
+
+    disturb.await;
+    let acks = bounded("the writer", writer).await.expect("the writer");
+    let mut reads = Vec::new();
+    for reader in readers {
+        reads.extend(bounded("a reader", reader).await.expect("a reader"));
+    }
+    let writes: usize = acks.iter().map(Vec::len).sum();
+    assert!(writes >= 100, "only {writes} writes");
+    assert!(reads.len() >= 1_000, "only {} reads", reads.len());
+
+    let (lag, stale) = staleness(&acks, &reads, d);
+    let backwards = regressions(&reads, nodes.len());
+    let mode = T::spec().coherence();
+    let from = |source| reads.iter().filter(|r| r.source == source).count();
+    eprintln!(
+        "stale-read checker, {mode:?}: {writes} writes, {} reads \
+         ({} hits, {} from L2, {} fills), longest staleness {lag:?} (D = {d:?}), \
+         {} reads past D, {} regressions",
+        reads.len(),
+        from(Source::Hit),
+        from(Source::L2),
+        from(Source::Fill),
+        stale.len(),
+        backwards.len()
+    );
+    assert!(
+        stale.is_empty(),
+        "{mode:?}: {} reads returned a revision older than one acknowledged \
+         more than {d:?} before they began; first: {:?}",
+        stale.len(),
+        stale.first()
+    );
+    assert!(
+        backwards.is_empty(),
+        "{mode:?}: {} reads went backwards on their node; first: {:?}",
+        backwards.len(),
+        backwards.first()
+    );
+}
+
+/// For every read, how long before it began the first write newer than
+/// what it returned was acknowledged: the longest such staleness, and the
+/// reads whose staleness exceeds `d` (with the revision they missed).
+fn staleness(
+    acks: &[Vec<(u64, Instant)>],
+    reads: &[Read],
+    d: Duration,
+) -> (Duration, Vec<(Read, u64)>) {
+    let mut longest = Duration::ZERO;
+    let mut past = Vec::new();
+    for read in reads {
+        // Acks of one id are in revision order: the first newer one.
+        let Some(&(missed, acked)) = acks[read.id].iter().find(|(r, _)| *r > read.revision) else {
+            continue;
+        };
+        let stale_for = read.began.saturating_duration_since(acked);
+        longest = longest.max(stale_for);
+        if stale_for > d {
+            past.push((*read, missed));
+        }
+    }
+    (longest, past)
+}
+
+/// The reads that returned an older revision than a read of the same id on
+/// the same node that ended before they began: `(earlier, later)`.
+fn regressions(reads: &[Read], nodes: usize) -> Vec<(Read, Read)> {
+    let mut out = Vec::new();
+    let mut groups: HashMap<(usize, usize), Vec<Read>> = HashMap::new();
+    for read in reads {
+        groups.entry((read.node, read.id)).or_default().push(*read);
+    }
+    for node in 0..nodes {
+        for id in 0..IDS {
+            let Some(group) = groups.get(&(node, id)) else {
+                continue;
+            };
+            let mut by_end = group.clone();
+            by_end.sort_by_key(|r| r.ended);
+            let mut by_start = group.clone();
+            by_start.sort_by_key(|r| r.began);
+            let mut newest: Option<Read> = None;
+            let mut ended = by_end.iter().peekable();
+            for read in &by_start {
+                while let Some(done) = ended.next_if(|r| r.ended < read.began) {
+                    if newest.is_none_or(|n| done.revision > n.revision) {
+                        newest = Some(*done);
+                    }
+                }
+                if let Some(newest) = newest
+                    && read.revision < newest.revision
+                {
+                    out.push((newest, *read));
+                }
+            }
+        }
+    }
+    out
+}
