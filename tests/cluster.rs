@@ -315,3 +315,67 @@ async fn a_failover_under_load_broadcast() {
 async fn a_failover_under_load_durable() {
     failover_under_load::<Durable>().await;
 }
+
+/// A spread table: each id on its own slot, so its ids land on every
+/// master, and a write on one node still evicts the row on another.
+#[near_cache(
+    kind = "SPR",
+    ttl_ms = 600_000,
+    coherence = "tracking",
+    placement = "spread",
+    name = "spread"
+)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+struct Spread {
+    revision: u64,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spread_table_keys_its_ids_on_every_master_and_stays_coherent() {
+    let cluster = RedisCluster::start(3, 0);
+    let sor = Sor::default();
+    let spread = |sor: &Sor| {
+        let sor = sor.clone();
+        Cache::builder()
+            .l2_cluster(cluster.urls())
+            .coherence_ping_every(coherence_support::PING_EVERY)
+            .loader(move |id: Id<Spread>| {
+                let revision = sor.get(id.raw());
+                async move { Ok::<_, Infallible>(Some(Spread { revision })) }
+            })
+            .build()
+            .expect("cache builds")
+    };
+    let (a, b) = (spread(&sor), spread(&sor));
+    ready(&[a.clone(), b.clone()]).await;
+
+    let ids: Vec<Id<Spread>> = (0..30).map(|_| Id::mint()).collect();
+    let mut owners = std::collections::HashSet::new();
+    for &id in &ids {
+        assert_eq!(a.fetch(id).await.unwrap().source(), Source::Fill);
+        let key = keyspace::key(Spread::spec(), &id.raw());
+        assert!(key.starts_with("ecc:spread:"), "{key}");
+        let owner = cluster.node_of_slot(cluster.slot_of(&key));
+        let frame: Option<Vec<u8>> = owner.query(redis::cmd("GET").arg(&key));
+        assert!(frame.is_some(), "{key} is on {owner}, its slot's owner");
+        owners.insert(owner.id().to_owned());
+    }
+    assert_eq!(owners.len(), 3, "30 ids spread over the 3 masters");
+    // B hears of A's 30 fills (from the three masters) before it reads.
+    eventually("B to apply the pushes of A's fills", async || {
+        b.stats::<Spread>().invalidations == 30
+    })
+    .await;
+    for &id in &ids {
+        assert_eq!(b.fetch(id).await.unwrap().source(), Source::L2);
+        assert_eq!(b.fetch(id).await.unwrap().source(), Source::Hit);
+        sor.bump(id.raw());
+        a.invalidate(id).await.expect("invalidate");
+    }
+    for &id in &ids {
+        eventually("B reads the write", async || {
+            b.fetch(id).await.unwrap().revision == 1
+        })
+        .await;
+    }
+}

@@ -17,6 +17,7 @@ pub(crate) fn expand(decl: &Decl, input: &DeriveInput) -> TokenStream {
     let ident = &input.ident;
     let (kind, ttl_ms, name) = (&decl.kind, decl.ttl_ms, &decl.name);
     let coherence = syn::Ident::new(decl.coherence, proc_macro2::Span::call_site());
+    let placement = syn::Ident::new(decl.placement, proc_macro2::Span::call_site());
     let jitter = option(decl.jitter.map(|j| quote!(#j)));
     let max_size = option(decl.max_size.map(|m| {
         let m = proc_macro2::Literal::u64_unsuffixed(m);
@@ -54,6 +55,7 @@ pub(crate) fn expand(decl: &Decl, input: &DeriveInput) -> TokenStream {
                         absent_ttl_ms: #absent_ttl_ms,
                         load_timeout_ms: #load_timeout_ms,
                         coherence: __echo_private::Coherence::#coherence,
+                        placement: __echo_private::Placement::#placement,
                         fingerprint: #fingerprint,
                     }
                     .build(),

@@ -20,6 +20,10 @@ const COHERENCE: &[(&str, &str)] = &[
     ("durable", "Durable"),
 ];
 
+/// The placements: as written in the attribute, and the variant of
+/// `echo_cache::Placement` each names.
+const PLACEMENT: &[(&str, &str)] = &[("table", "Table"), ("spread", "Spread")];
+
 /// A declaration that passed every check. Optional keys left out are
 /// `None`: the runtime's defaults apply.
 pub(crate) struct Decl {
@@ -27,6 +31,8 @@ pub(crate) struct Decl {
     pub(crate) ttl_ms: u64,
     /// The variant of `echo_cache::Coherence`.
     pub(crate) coherence: &'static str,
+    /// The variant of `echo_cache::Placement`.
+    pub(crate) placement: &'static str,
     pub(crate) jitter: Option<f64>,
     pub(crate) max_size: Option<u64>,
     pub(crate) sweep_ms: Option<u64>,
@@ -85,6 +91,10 @@ pub(crate) fn validate(mut args: Args, input: &DeriveInput) -> Result<Decl, Inva
         Some((at, lit)) => errors.check(at, coherence(lit)),
         None => Some("None"),
     };
+    let placement = match args.placement.lit() {
+        Some((at, lit)) => errors.check(at, placement(lit)),
+        None => Some("Table"),
+    };
     let jitter = (args.jitter.lit()).and_then(|(at, lit)| errors.check(at, jitter(lit)));
     let max_size =
         (args.max_size.lit()).and_then(|(at, lit)| errors.check(at, positive(lit, "max_size")));
@@ -104,14 +114,15 @@ pub(crate) fn validate(mut args: Args, input: &DeriveInput) -> Result<Decl, Inva
         Value::Absent => Some(syn::parse_quote!(::echo_cache)),
     };
 
-    match (kind, ttl_ms, coherence, name, krate) {
-        (Some(kind), Some(ttl_ms), Some(coherence), Some(name), Some(krate))
+    match (kind, ttl_ms, coherence, placement, name, krate) {
+        (Some(kind), Some(ttl_ms), Some(coherence), Some(placement), Some(name), Some(krate))
             if errors.is_empty() =>
         {
             Ok(Decl {
                 kind,
                 ttl_ms,
                 coherence,
+                placement,
                 jitter,
                 max_size,
                 sweep_ms,
@@ -260,22 +271,38 @@ fn jitter(lit: &Lit) -> syn::Result<f64> {
 }
 
 fn coherence(lit: &Lit) -> syn::Result<&'static str> {
-    let lit = string(lit, "coherence")?;
-    let mode = lit.value();
-    if let Some((_, variant)) = COHERENCE.iter().find(|(name, _)| *name == mode) {
+    one_of(lit, "coherence", "coherence mode", "modes", COHERENCE)
+}
+
+fn placement(lit: &Lit) -> syn::Result<&'static str> {
+    one_of(lit, "placement", "placement", "placements", PLACEMENT)
+}
+
+/// The variant of the value of `key`, one of `choices`; else a message
+/// naming the `what` it is not, a guess, and every one of the `all`.
+fn one_of(
+    lit: &Lit,
+    key: &str,
+    what: &str,
+    all: &str,
+    choices: &[(&str, &'static str)],
+) -> syn::Result<&'static str> {
+    let lit = string(lit, key)?;
+    let value = lit.value();
+    if let Some((_, variant)) = choices.iter().find(|(name, _)| *name == value) {
         return Ok(variant);
     }
-    let modes: Vec<&str> = COHERENCE.iter().map(|(name, _)| *name).collect();
-    let guess = match hint::closest(&mode, &modes) {
+    let names: Vec<&str> = choices.iter().map(|(name, _)| *name).collect();
+    let guess = match hint::closest(&value, &names) {
         Some(guess) => format!(": did you mean \"{guess}\"?"),
         None => String::new(),
     };
     Err(syn::Error::new(
         lit.span(),
         format!(
-            "unknown coherence mode {mode:?}{guess}\n\
-             the modes are: {}",
-            modes.join(", ")
+            "unknown {what} {value:?}{guess}\n\
+             the {all} are: {}",
+            names.join(", ")
         ),
     ))
 }

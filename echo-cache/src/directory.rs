@@ -10,7 +10,7 @@ use std::sync::{Arc, OnceLock};
 use linkme::distributed_slice;
 
 use crate::error::Error;
-use crate::spec::{Cached, Coherence, TableSpec};
+use crate::spec::{Cached, Coherence, Placement, TableSpec};
 use crate::table::{AnyTable, Shared};
 
 /// Every declaration linked into the program, in link order.
@@ -49,6 +49,7 @@ pub struct SpecParts {
     pub absent_ttl_ms: Option<u64>,
     pub load_timeout_ms: Option<u64>,
     pub coherence: Coherence,
+    pub placement: Placement,
     pub fingerprint: u64,
 }
 
@@ -79,6 +80,7 @@ impl SpecParts {
             },
             load_timeout_ms: self.load_timeout_ms,
             coherence: self.coherence,
+            placement: self.placement,
             fingerprint: self.fingerprint,
         }
     }

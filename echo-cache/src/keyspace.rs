@@ -8,26 +8,35 @@
 //! ever reaches the wire.
 
 use crate::id::RawId;
-use crate::spec::TableSpec;
+use crate::spec::{Placement, TableSpec};
 
 /// Number of hash slots of a Valkey/Redis cluster.
 pub const SLOTS: u16 = 16_384;
 
-/// The prefix every key of `table` starts with: `ecc:{<table>}:`.
+/// The prefix every key of `table` starts with: `ecc:{<table>}:` (the
+/// table's slot), or `ecc:<table>:` for a table whose ids spread over the
+/// slots ([`Placement::Spread`]).
 ///
 /// ```
 /// # #[echo_cache::near_cache(kind = "GAM", ttl_ms = 1_000, name = "cm_games")]
 /// # #[derive(serde::Serialize, serde::Deserialize)] struct Game;
+/// # #[echo_cache::near_cache(kind = "SES", ttl_ms = 1_000, name = "sessions", placement = "spread")]
+/// # #[derive(serde::Serialize, serde::Deserialize)] struct Session;
 /// use echo_cache::{keyspace, Cached};
 ///
 /// assert_eq!(keyspace::prefix(Game::spec()), "ecc:{cm_games}:");
+/// assert_eq!(keyspace::prefix(Session::spec()), "ecc:sessions:");
 /// ```
 #[must_use]
 pub fn prefix(table: &TableSpec) -> String {
-    format!("ecc:{{{}}}:", table.name())
+    match table.placement() {
+        Placement::Table => tagged(table),
+        Placement::Spread => format!("ecc:{}:", table.name()),
+    }
 }
 
-/// The key of `id` in `table`: `ecc:{<table>}:<id>`.
+/// The key of `id` in `table`: `ecc:{<table>}:<id>` (or `ecc:<table>:<id>`,
+/// spread).
 ///
 /// ```
 /// # #[echo_cache::near_cache(kind = "GAM", ttl_ms = 1_000, name = "cm_games")]
@@ -43,16 +52,30 @@ pub fn key(table: &TableSpec, id: &RawId) -> String {
     format!("{}{id}", prefix(table))
 }
 
-/// The pub/sub channel of a `broadcast` table: `ecc:{<table>}:coh`.
+/// The pub/sub channel of a `broadcast` table: `ecc:{<table>}:coh`, in the
+/// table's slot whatever its placement.
 #[must_use]
 pub fn channel(table: &TableSpec) -> String {
-    format!("{}coh", prefix(table))
+    format!("{}coh", tagged(table))
 }
 
-/// The stream of a `durable` table: `ecc:{<table>}:log`, in the table's slot.
+/// The stream of a `durable` table: `ecc:{<table>}:log`, in the table's
+/// slot whatever its placement.
 #[must_use]
 pub fn stream(table: &TableSpec) -> String {
-    format!("{}log", prefix(table))
+    format!("{}log", tagged(table))
+}
+
+/// The table's slot: the slot of its `{<table>}` hashtag, where its
+/// channel and stream live (and its keys, unless they spread).
+#[must_use]
+pub fn table_slot(table: &TableSpec) -> u16 {
+    slot(tagged(table).as_bytes())
+}
+
+/// `ecc:{<table>}:`.
+fn tagged(table: &TableSpec) -> String {
+    format!("ecc:{{{}}}:", table.name())
 }
 
 /// The key by which a process claims node number `node` for the versions

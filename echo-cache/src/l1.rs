@@ -628,6 +628,7 @@ mod tests {
             absent_ttl_ms: None,
             load_timeout_ms: None,
             coherence: crate::Coherence::None,
+            placement: crate::Placement::Table,
             fingerprint: 0,
         }
         .build();

@@ -54,6 +54,7 @@
 //! | `kind` | required | 3 uppercase ASCII letters: the kind of the table's ids, unique in the program |
 //! | `ttl_ms` | required | time to live of a row, > 0 |
 //! | `coherence` | `"none"` | `none`, `tracking`, `broadcast` or `durable` (see [`Coherence`]) |
+//! | `placement` | `"table"` | on a cluster, the table's keys on its one slot (`table`) or each id on its own (`spread`, see [`Placement`]) |
 //! | `jitter` | `0.1` | expiry is drawn from `ttl ± ttl·jitter`; `0.0..=0.5` |
 //! | `max_size` | `100_000` | rows kept in L1 at most, > 0 |
 //! | `sweep_ms` | `1_000` | period of the sweeper, > 0 |
@@ -124,11 +125,16 @@
 //! checker of each mode through both, on Valkey 8 and Redis 7: no caller
 //! error, no read staler than D = 100 ms).
 //!
-//! - **Placement**: a table's keys carry its `{<table>}` hashtag, so they,
-//!   its stream and its channel share one slot, on one master: every
-//!   operation is a single-key command or script on one node (a script the
-//!   node lacks after a failover is loaded again). The cost: a table's
-//!   load is on one master; a hot, large table does not spread.
+//! - **Placement** ([`Placement`], declared per table): by default a
+//!   table's keys carry its `{<table>}` hashtag, so they, its stream and
+//!   its channel share one slot, on one master; the cost is that a table's
+//!   load is on one master. A table declared `placement = "spread"` keys
+//!   each id on its own slot (`ecc:<table>:<id>`), so a large, hot table
+//!   spreads over the masters; its stream and channel stay on the table's
+//!   slot, and a table-wide invalidation (a backlog past its limit) scans
+//!   every master instead of one. Either way every operation is a
+//!   single-key command or script on one node (a script the node lacks
+//!   after a failover is loaded again), and every guarantee holds.
 //! - **tracking**: each node's coherence link connects to every master and
 //!   turns tracking on there (a key's owner pushes its invalidations); a
 //!   tracking table's commands run on the connection to its slot's owner,
@@ -151,8 +157,7 @@
 //!   that applied its `broadcast` or `durable` message refuses an older L2
 //!   frame for a minute (its memory of applied versions); a `tracking`
 //!   table has no such memory and may read the older frame from L2 until
-//!   its TTL. Spreading one table's ids over the cluster's slots
-//!   is not offered yet.
+//!   its TTL.
 //!
 //! # Connecting to L2
 //!
@@ -301,7 +306,7 @@ pub use id::{ID_LEN, Id, IdError, Kind, RawId, newer};
 pub use l2::{Codec, Postcard};
 pub use mint::{EPOCH_MS, MAX_NODE, Minter};
 pub use roster::{Health, TableInfo};
-pub use spec::{Cached, Coherence, TableSpec};
+pub use spec::{Cached, Coherence, Placement, TableSpec};
 pub use stats::Stats;
 
 /// Declares a near-cache on a struct. See the [crate docs](crate#declaring-a-cache).
@@ -311,7 +316,7 @@ pub use echo_cache_derive::near_cache;
 #[doc(hidden)]
 pub mod __private {
     pub use crate::directory::{DECLARATIONS, Declaration, SpecParts};
-    pub use crate::{Cache, Cached, Coherence, Error, Fetched, Id, Kind, TableSpec};
+    pub use crate::{Cache, Cached, Coherence, Error, Fetched, Id, Kind, Placement, TableSpec};
     pub use core::future::Future;
     pub use linkme;
 }

@@ -48,6 +48,31 @@ impl Coherence {
     }
 }
 
+/// Where a table's keys live on a cluster.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Placement {
+    /// On one slot, the table's (`ecc:{<table>}:<id>`): every key, the
+    /// stream and the channel of a table on one master.
+    #[default]
+    Table,
+    /// Every id on its own slot (`ecc:<table>:<id>`): a large, hot table
+    /// spreads over the masters. Its stream and channel stay on the
+    /// table's slot.
+    Spread,
+}
+
+impl Placement {
+    /// The name used in the attribute: `table`, `spread`.
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Placement::Table => "table",
+            Placement::Spread => "spread",
+        }
+    }
+}
+
 impl fmt::Display for Coherence {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
@@ -71,6 +96,7 @@ pub struct TableSpec {
     /// `None`: the cache's [`Builder::load_timeout`](crate::Builder::load_timeout).
     pub(crate) load_timeout_ms: Option<u64>,
     pub(crate) coherence: Coherence,
+    pub(crate) placement: Placement,
     pub(crate) fingerprint: u64,
 }
 
@@ -149,6 +175,12 @@ impl TableSpec {
     #[must_use]
     pub const fn coherence(&self) -> Coherence {
         self.coherence
+    }
+
+    /// Where the table's keys live on a cluster.
+    #[must_use]
+    pub const fn placement(&self) -> Placement {
+        self.placement
     }
 
     /// A fingerprint of the declared struct's definition: two builds whose

@@ -51,9 +51,9 @@ impl Announcer {
         let key = format!("{}{}", keyspace::prefix(self.spec), keyspace::EVERY_ID);
         let ttl_ms = u64::try_from(self.flush_ttl.as_millis()).unwrap_or(u64::MAX);
         let mut set = Cmd::new();
-        set.arg("SET").arg(key).arg(&version.to_bytes()[..]);
+        set.arg("SET").arg(&key).arg(&version.to_bytes()[..]);
         set.arg("PX").arg(ttl_ms.max(1));
-        let slot = keyspace::slot(keyspace::prefix(self.spec).as_bytes());
+        let slot = keyspace::slot(key.as_bytes());
         self.server.query(Lane::Linked(slot), set).await
     }
 

@@ -24,6 +24,7 @@ const fn spec(name: &'static str, kind: &'static str) -> TableSpec {
         absent_ttl_ms: 0,
         load_timeout_ms: None,
         coherence: Coherence::Durable,
+        placement: crate::Placement::Table,
         fingerprint: 0,
     }
 }

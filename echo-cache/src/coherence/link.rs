@@ -64,7 +64,7 @@ impl Route {
         Route {
             table: Arc::clone(table),
             address: address.into_bytes(),
-            slot: crate::keyspace::slot(crate::keyspace::prefix(spec).as_bytes()),
+            slot: crate::keyspace::table_slot(spec),
         }
     }
 

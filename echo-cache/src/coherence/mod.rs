@@ -61,6 +61,9 @@
 //! token, so it does not install). Across two connections that order is
 //! lost, and the per-fill token is what closes the gap: any invalidation
 //! processed between a flight's start and its landing stops the install.
+//! The other order costs a row, never a stale one: the push of a write made
+//! before a GET is queued to the link's task, and may be applied after
+//! the flight that read the newer value landed, evicting that row.
 //!
 //! # Delivery bound of `tracking` and `broadcast`
 //!

@@ -40,6 +40,8 @@ pub(crate) enum Failure {
     Timeout,
     /// The server or the connection said no.
     Redis(RedisError),
+    /// The cluster's topology could not be read.
+    Topology(String),
 }
 
 impl std::fmt::Display for Failure {
@@ -50,6 +52,7 @@ impl std::fmt::Display for Failure {
             }
             Failure::Timeout => f.write_str("no answer within the L2 timeout"),
             Failure::Redis(error) => write!(f, "{error}"),
+            Failure::Topology(why) => write!(f, "the cluster's topology: {why}"),
         }
     }
 }

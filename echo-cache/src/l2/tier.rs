@@ -34,7 +34,7 @@ use crate::connections::{Failure, Lane, Server};
 use crate::id::RawId;
 use crate::keyspace;
 use crate::mint::Minter;
-use crate::spec::{Cached, Coherence, TableSpec};
+use crate::spec::{Cached, Coherence, Placement, TableSpec};
 use crate::stats::Counters;
 
 pub(crate) struct Tier<T> {
@@ -110,11 +110,19 @@ impl<T: Cached> Tier<T> {
 
     /// Tracking tables go through the coherence link, so that the server does
     /// not push their own writes back to them (`NOLOOP`).
-    fn lane(&self) -> Lane {
+    fn lane(&self, key: &[u8]) -> Lane {
         if self.spec.coherence() == Coherence::Tracking {
-            Lane::Linked(self.slot)
+            Lane::Linked(self.slot_of(key))
         } else {
             Lane::Managed
+        }
+    }
+
+    /// The cluster slot of `key`, one of this table's.
+    fn slot_of(&self, key: &[u8]) -> u16 {
+        match self.spec.placement() {
+            Placement::Table => self.slot,
+            Placement::Spread => keyspace::slot(key),
         }
     }
 
@@ -128,8 +136,9 @@ impl<T: Cached> Tier<T> {
     /// What L2 holds for `key`. Failures and bad frames are counted and
     /// answered as [`Found::Nothing`]: the flight goes on to the loader.
     pub(crate) async fn read(&self, key: u64, counters: &Counters) -> Found<T> {
-        let get = Cmd::new().arg("GET").arg(self.key(key)).clone();
-        let frame: Option<Vec<u8>> = match self.server.query(self.lane(), get).await {
+        let id_key = self.key(key);
+        let get = Cmd::new().arg("GET").arg(&id_key).clone();
+        let frame: Option<Vec<u8>> = match self.server.query(self.lane(&id_key), get).await {
             Ok(frame) => frame,
             Err(Failure::Redis(error)) if error.code() == Some("WRONGTYPE") => {
                 self.bad_frame(key, "a key of another type", counters);
@@ -243,24 +252,56 @@ impl<T: Cached> Tier<T> {
     /// for the writes a node could not keep track of (see `backlog`). Scans
     /// the table's keys in batches, each checked and written by one script.
     pub(crate) async fn drop_older(&self, version: &RawId) -> Result<(), Failure> {
+        // The node of the table's slot, or, spread, every master.
+        let nodes = match self.spec.placement() {
+            Placement::Table => vec![self.slot],
+            Placement::Spread => (self.server.topology().await)
+                .map_err(Failure::Topology)?
+                .masters
+                .iter()
+                .filter_map(|master| master.slots.first().map(|&(from, _)| from))
+                .collect(),
+        };
+        for node in nodes {
+            self.drop_older_on(node, version).await?;
+        }
+        Ok(())
+    }
+
+    /// [`drop_older`](Self::drop_older) on the node that serves `slot`:
+    /// its keys of the table, scanned in batches, each batch's keys of one
+    /// slot written by one script.
+    async fn drop_older_on(&self, slot: u16, version: &RawId) -> Result<(), Failure> {
         let pattern = format!("{}*", self.prefix);
         let (tombstone, ttl) = (version.to_bytes(), self.tombstone_ttl_ms().to_string());
+        let args: [&[u8]; 2] = [&tombstone, ttl.as_bytes()];
         let mut cursor = 0_u64;
         loop {
-            let (next, keys) = (self.server)
-                .scan(self.lane(), self.slot, cursor, &pattern, 1_000)
-                .await?;
-            if !keys.is_empty() {
-                let keys: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
-                let args: [&[u8]; 2] = [&tombstone, ttl.as_bytes()];
+            let scanned = self
+                .server
+                .scan(self.lane_of(slot), slot, cursor, &pattern, 1_000);
+            let (next, mut keys) = scanned.await?;
+            keys.sort_by_key(|key| self.slot_of(key));
+            for batch in keys.chunk_by(|a, b| self.slot_of(a) == self.slot_of(b)) {
+                let batch: Vec<&[u8]> = batch.iter().map(Vec::as_slice).collect();
+                let lane = self.lane(batch[0]);
                 self.server
-                    .eval::<i64>(self.lane(), &DROP_OLDER, &keys, &args)
+                    .eval::<i64>(lane, &DROP_OLDER, &batch, &args)
                     .await?;
             }
             if next == 0 {
                 return Ok(());
             }
             cursor = next;
+        }
+    }
+
+    /// The lane of commands on the node that serves `slot`.
+    fn lane_of(&self, slot: u16) -> Lane {
+        if self.spec.coherence() == Coherence::Tracking {
+            Lane::Linked(slot)
+        } else {
+            Lane::Managed
         }
     }
 
@@ -273,15 +314,11 @@ impl<T: Cached> Tier<T> {
         counters: &Counters,
     ) -> Result<(), Failure> {
         let key = self.key(key);
+        let lane = self.lane(&key);
         let written = if how == How::Versioned {
             let ttl = ttl_ms.to_string();
             self.server
-                .eval::<i64>(
-                    self.lane(),
-                    &WRITE_IF_NEWER,
-                    &[&key],
-                    &[frame, ttl.as_bytes()],
-                )
+                .eval::<i64>(lane, &WRITE_IF_NEWER, &[&key], &[frame, ttl.as_bytes()])
                 .await
                 .map(drop)
         } else {
@@ -290,10 +327,7 @@ impl<T: Cached> Tier<T> {
             if how == How::Vacant {
                 set.arg("NX");
             }
-            self.server
-                .query::<redis::Value>(self.lane(), set)
-                .await
-                .map(drop)
+            self.server.query::<redis::Value>(lane, set).await.map(drop)
         };
         if let Err(failure) = &written {
             self.dropped_write(failure, counters);

@@ -1,6 +1,6 @@
 // Only the required keys: the others take the documented defaults, and the
 // table is named after the type in snake case.
-use echo_cache::{Cached, Coherence, TableSpec, near_cache};
+use echo_cache::{Cached, Coherence, Placement, TableSpec, near_cache};
 
 #[near_cache(kind = "GSE", ttl_ms = 60_000)]
 #[derive(serde::Serialize, serde::Deserialize)]
@@ -12,6 +12,7 @@ fn main() {
     let spec = GameSession::spec();
     assert_eq!(spec.name(), "game_session");
     assert_eq!(spec.coherence(), Coherence::None);
+    assert_eq!(spec.placement(), Placement::Table);
     assert!((spec.jitter() - TableSpec::DEFAULT_JITTER).abs() < f64::EPSILON);
     assert_eq!(spec.max_size(), TableSpec::DEFAULT_MAX_SIZE);
     assert_eq!(spec.sweep_ms(), TableSpec::DEFAULT_SWEEP_MS);

@@ -1,7 +1,7 @@
 // Every key of #[near_cache], each with a value other than its default, fed
 // through a `macro_rules!` as `literal` fragments (which reach the
 // attribute wrapped in invisible groups) and `tt`s.
-use echo_cache::{Cached, Coherence, near_cache};
+use echo_cache::{Cached, Coherence, Placement, near_cache};
 
 macro_rules! declare {
     ($kind:literal, $ttl:literal, $coherence:literal, $jitter:tt) => {
@@ -9,6 +9,7 @@ macro_rules! declare {
             kind = $kind,
             ttl_ms = $ttl,
             coherence = $coherence,
+            placement = "spread",
             jitter = $jitter,
             max_size = 50_000,
             sweep_ms = 500,
@@ -32,6 +33,7 @@ fn main() {
     assert_eq!(Game::KIND, spec.kind());
     assert_eq!(spec.ttl_ms(), 600_000);
     assert_eq!(spec.coherence(), Coherence::Durable);
+    assert_eq!(spec.placement(), Placement::Spread);
     assert!((spec.jitter() - 0.25).abs() < f64::EPSILON);
     assert_eq!(spec.max_size(), 50_000);
     assert_eq!(spec.sweep_ms(), 500);
