@@ -122,7 +122,7 @@ async fn stale_read_checker<T: Entity>() {
     let sor = Sor::default();
     let nodes = [node(&cluster, &sor), node(&cluster, &sor)];
     ready(&nodes).await;
-    checker::run::<T>(&nodes, &sor, RUN_FOR, D, std::future::ready(())).await;
+    checker::run::<T>(&nodes, &sor, RUN_FOR, D, std::future::ready(None)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -248,6 +248,7 @@ async fn reshard_under_load<T: Entity>() {
                 cluster.node_of_slot(slot).id() != owner
             });
             assert!(moved.await.expect("the reshard"), "the slot moved");
+            None
         }
     };
     checker::run::<T>(&nodes, &sor, RUN_FOR, D, reshard).await;
@@ -296,6 +297,7 @@ async fn failover_under_load<T: Entity>() {
                 promoted.await.expect("the failover"),
                 "the replica took over"
             );
+            None
         }
     };
     checker::run::<T>(&nodes, &sor, RUN_FOR, D, failover).await;
@@ -378,4 +380,59 @@ async fn a_spread_table_keys_its_ids_on_every_master_and_stays_coherent() {
         })
         .await;
     }
+}
+
+/// How long after the end of an outage a write acknowledged during it
+/// reaches every node: the writer's delivery task probes every 100 ms and
+/// delivers its backlog (as in `coherence_outage.rs`).
+const RECOVERY: Duration = Duration::from_millis(1_500);
+
+/// The master of a table's slot is killed under the checker's load, and
+/// the cluster promotes its replica after the node timeout: no caller
+/// error, no read staler than `D` but for writes acknowledged during the
+/// outage, which every node reads within [`RECOVERY`] after it ended (a
+/// durable append that failed was not acknowledged).
+async fn master_killed_under_load<T: Entity>() {
+    let cluster = Arc::new(RedisCluster::start(3, 1));
+    let sor = Sor::default();
+    let nodes = [node(&cluster, &sor), node(&cluster, &sor)];
+    ready(&nodes).await;
+    let kill = {
+        let cluster = Arc::clone(&cluster);
+        async move {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let began = std::time::Instant::now();
+            let promoted = tokio::task::spawn_blocking(move || {
+                let master = cluster.node_of_slot(slot_of::<T>());
+                let owner = master.id().to_owned();
+                master.kill();
+                cluster.wait_for_failover(master).id() != owner
+            });
+            assert!(
+                promoted.await.expect("the failover"),
+                "the replica took over"
+            );
+            Some(checker::Outage {
+                began,
+                ended: std::time::Instant::now(),
+                recovery: RECOVERY,
+            })
+        }
+    };
+    checker::run::<T>(&nodes, &sor, Duration::from_secs(6), D, kill).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_killed_under_load_tracking() {
+    master_killed_under_load::<Tracked>().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_killed_under_load_broadcast() {
+    master_killed_under_load::<Broadcast>().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_killed_under_load_durable() {
+    master_killed_under_load::<Durable>().await;
 }

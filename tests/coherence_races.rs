@@ -99,7 +99,7 @@ async fn stale_read_checker<T: Entity>() {
     for node in &nodes {
         lanes_up(node).await;
     }
-    checker::run::<T>(&nodes, &sor, RUN_FOR, D, std::future::ready(())).await;
+    checker::run::<T>(&nodes, &sor, RUN_FOR, D, std::future::ready(None)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

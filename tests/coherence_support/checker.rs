@@ -52,12 +52,18 @@ impl Rng {
 ///
 /// A write the cache reports not delivered (a `durable` stream append that
 /// failed) was not acknowledged: it is not held against the readers.
+///
+/// A disturbance that takes the server away answers the [`Outage`] it
+/// caused: a write acknowledged during it is due `recovery` after it ended
+/// (the cache delivers it then), and until then a node may read it and
+/// then an older revision (a fill saw the system of record, L2 still held
+/// the older frame), so (b) starts over at the end of the recovery.
 pub async fn run<T: Entity>(
     nodes: &[Cache],
     sor: &Sor,
     run_for: Duration,
     d: Duration,
-    disturb: impl Future<Output = ()>,
+    disturb: impl Future<Output = Option<Outage>>,
 ) {
     let ids: Arc<Vec<Id<T>>> = Arc::new((0..IDS).map(|_| Id::mint()).collect());
     let until = Instant::now() + run_for;
@@ -112,7 +118,7 @@ pub async fn run<T: Entity>(
         })
         .collect();
 
-    disturb.await;
+    let outage = disturb.await;
     let acks = bounded("the writer", writer).await.expect("the writer");
     let mut reads = Vec::new();
     for reader in readers {
@@ -122,8 +128,12 @@ pub async fn run<T: Entity>(
     assert!(writes >= 100, "only {writes} writes");
     assert!(reads.len() >= 1_000, "only {} reads", reads.len());
 
-    let (lag, stale) = staleness(&acks, &reads, d);
-    let backwards = regressions(&reads, nodes.len());
+    let (lag, stale) = staleness(&acks, &reads, d, outage);
+    let settled = outage.map(|outage| outage.ended + outage.recovery);
+    let backwards: Vec<_> = regressions(&reads, nodes.len())
+        .into_iter()
+        .filter(|(_, later)| settled.is_none_or(|settled| later.began > settled))
+        .collect();
     let mode = T::spec().coherence();
     let from = |source| reads.iter().filter(|r| r.source == source).count();
     eprintln!(
@@ -152,22 +162,42 @@ pub async fn run<T: Entity>(
     );
 }
 
+/// The server away: from `began` to `ended`; a write acknowledged meanwhile
+/// reaches every node within `recovery` after.
+#[derive(Clone, Copy, Debug)]
+pub struct Outage {
+    pub began: Instant,
+    pub ended: Instant,
+    pub recovery: Duration,
+}
+
 /// For every read, how long before it began the first write newer than
-/// what it returned was acknowledged: the longest such staleness, and the
-/// reads whose staleness exceeds `d` (with the revision they missed).
+/// what it returned was due (acknowledged, or, during `outage`, recovered):
+/// the longest such staleness, and the reads whose staleness exceeds `d`
+/// (with the revision they missed).
 fn staleness(
     acks: &[Vec<(u64, Instant)>],
     reads: &[Read],
     d: Duration,
+    outage: Option<Outage>,
 ) -> (Duration, Vec<(Read, u64)>) {
+    let due = |acked: Instant| match outage {
+        Some(outage) if (outage.began..=outage.ended).contains(&acked) => {
+            outage.ended + outage.recovery
+        }
+        _ => acked,
+    };
     let mut longest = Duration::ZERO;
     let mut past = Vec::new();
     for read in reads {
-        // Acks of one id are in revision order: the first newer one.
-        let Some(&(missed, acked)) = acks[read.id].iter().find(|(r, _)| *r > read.revision) else {
+        let missed = acks[read.id]
+            .iter()
+            .filter(|(r, _)| *r > read.revision)
+            .map(|&(r, acked)| (r, read.began.saturating_duration_since(due(acked))))
+            .max_by_key(|&(_, stale_for)| stale_for);
+        let Some((missed, stale_for)) = missed else {
             continue;
         };
-        let stale_for = read.began.saturating_duration_since(acked);
         longest = longest.max(stale_for);
         if stale_for > d {
             past.push((*read, missed));
