@@ -122,8 +122,11 @@
 //! operation the cluster keeps redirecting while a slot changes hands is
 //! tried again, up to 10 times 5 ms apart. Every mode keeps its guarantees
 //! through a reshard and a failover (the test suite runs the stale-read
-//! checker of each mode through both, on Valkey 8 and Redis 7: no caller
-//! error, no read staler than D = 100 ms).
+//! checker of each mode through a live reshard, a `CLUSTER FAILOVER` and a
+//! master killed, on Valkey 8 and Redis 7: no caller error, no read staler
+//! than D = 100 ms; a write acknowledged while a killed master's slots had
+//! no owner is kept and delivered to the promoted replica, and read
+//! everywhere within the [outage bound](#guarantees)).
 //!
 //! - **Placement** ([`Placement`], declared per table): by default a
 //!   table's keys carry its `{<table>}` hashtag, so they, its stream and
