@@ -107,11 +107,12 @@
 //!    flush every mode; it is not benchmarked here. Then the invalidation
 //!    samples after the reshard: p50, max and timeouts.
 //!
-//! The whole run takes about a minute once built (the summary ends with its
-//! length). `ECHO_CLUSTER_BENCH_QUICK=1` shortens it (7 rounds, 500
-//! invalidation samples per mode, 1 s phases); `ECHO_CLUSTER_BENCH_PARTS`
-//! picks parts (`fill,coherence,reshard`, the default). A criterion filter
-//! picks lines of parts 1 and 2; part 3 runs whenever it is picked.
+//! The whole run takes about 30 s once built on a 2-CPU machine (the
+//! summary ends with its length). `ECHO_CLUSTER_BENCH_QUICK=1` shortens it
+//! to about 20 s (7 rounds, 500 invalidation samples per mode, 1 s
+//! phases); `ECHO_CLUSTER_BENCH_PARTS` picks parts
+//! (`fill,coherence,reshard`, the default). A criterion filter picks lines
+//! of parts 1 and 2; part 3 runs whenever it is picked.
 //!
 //! ```sh
 //! cargo bench --bench cluster
