@@ -11,44 +11,12 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
-use coherence_support::{Broadcast, Entity, Sor, Tracked, bounded, checker, eventually};
+use coherence_support::{Broadcast, Entity, Sor, Tracked, bounded, checker, entity, eventually};
 use echo_cache::{Builder, Cache, Cached, Id, Source, keyspace, near_cache};
 use echo_cache_testkit::RedisCluster;
 
-#[near_cache(
-    kind = "DUR",
-    ttl_ms = 600_000,
-    coherence = "durable",
-    name = "durable"
-)]
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
-struct Durable {
-    revision: u64,
-}
-
-#[near_cache(kind = "PLN", ttl_ms = 600_000, coherence = "none", name = "plain")]
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
-struct Plain {
-    revision: u64,
-}
-
-impl Entity for Durable {
-    fn at(revision: u64) -> Durable {
-        Durable { revision }
-    }
-    fn revision(&self) -> u64 {
-        self.revision
-    }
-}
-
-impl Entity for Plain {
-    fn at(revision: u64) -> Plain {
-        Plain { revision }
-    }
-    fn revision(&self) -> u64 {
-        self.revision
-    }
-}
+entity!(Durable, "DUR", "durable", "durable");
+entity!(Plain, "PLN", "none", "plain");
 
 /// The delivery bound on a cluster, as on one server (`coherence_races`).
 const D: Duration = Duration::from_millis(100);

@@ -12,27 +12,14 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use coherence_support::{
-    Broadcast, Entity, Sor, Tracked, bounded, builder, eventually, linked, with_loaders,
+    Broadcast, Entity, Sor, Tracked, bounded, builder, entity, eventually, linked, with_loaders,
 };
-use echo_cache::{Builder, Cache, Id, RawId, near_cache};
+use echo_cache::{Builder, Cache, Id, RawId};
 use echo_cache_testkit::RedisServer;
 
-/// A `none` table: nothing carries its writes to other nodes' L1, but its
-/// L2 must not keep a value an acknowledged write replaced.
-#[near_cache(kind = "PLO", ttl_ms = 600_000, coherence = "none", name = "plain")]
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
-struct Plain {
-    revision: u64,
-}
-
-impl Entity for Plain {
-    fn at(revision: u64) -> Plain {
-        Plain { revision }
-    }
-    fn revision(&self) -> u64 {
-        self.revision
-    }
-}
+// A `none` table: nothing carries its writes to other nodes' L1, but its
+// L2 must not keep a value an acknowledged write replaced.
+entity!(Plain, "PLO", "none", "plain");
 
 /// How long one L2 operation may take here: an outage costs a write that.
 const L2_TIMEOUT: Duration = Duration::from_millis(100);

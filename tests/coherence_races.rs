@@ -12,12 +12,18 @@ use std::convert::Infallible;
 use std::time::Duration;
 
 use coherence_support::{
-    Broadcast, Entity, Row, Sor, Tracked, bounded, builder, checker, eventually, health, l2_row,
-    linked, node, with_loaders,
+    Broadcast, Entity, Row, Sor, Tracked, bounded, builder, checker, entity, eventually, health,
+    l2_row, linked, node, with_loaders,
 };
-use echo_cache::{Cache, Health, Id, RawId, Source, near_cache};
+use echo_cache::{Cache, Health, Id, RawId, Source};
 use echo_cache_testkit::RedisServer;
 use tokio::sync::{mpsc, oneshot};
+
+// Besides the support's tables: a durable one (every node here runs a
+// durable lane), and a `none` one over L2, TTL only across nodes, but whose
+// L2 obeys invalidations like every other table's.
+entity!(Durable, "DUR", "durable", "durable");
+entity!(Plain, "PLN", "none", "plain");
 
 /// The delivery bound `D` on loopback, the same for `tracking`,
 /// `broadcast` and `durable`: a write acknowledged on one node is applied
@@ -28,43 +34,6 @@ use tokio::sync::{mpsc, oneshot};
 /// generous so that a loaded two-core CI machine, which may leave a lane's
 /// task unscheduled for a while, does not fail the checker.
 const D: Duration = Duration::from_millis(100);
-
-#[near_cache(
-    kind = "DUR",
-    ttl_ms = 600_000,
-    coherence = "durable",
-    name = "durable"
-)]
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
-struct Durable {
-    revision: u64,
-}
-
-/// A `none` table over L2: TTL only across nodes, but its L2 obeys
-/// invalidations like every other table's.
-#[near_cache(kind = "PLN", ttl_ms = 600_000, coherence = "none", name = "plain")]
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
-struct Plain {
-    revision: u64,
-}
-
-impl Entity for Plain {
-    fn at(revision: u64) -> Plain {
-        Plain { revision }
-    }
-    fn revision(&self) -> u64 {
-        self.revision
-    }
-}
-
-impl Entity for Durable {
-    fn at(revision: u64) -> Durable {
-        Durable { revision }
-    }
-    fn revision(&self) -> u64 {
-        self.revision
-    }
-}
 
 /// A node whose loaders, the durable table's included, read `sor`.
 fn checker_node(server: &RedisServer, sor: &Sor) -> Cache {

@@ -23,34 +23,12 @@ use std::fmt::Debug;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use echo_cache::{Builder, Cache, Cached, Health, Id, RawId, keyspace, near_cache};
+use echo_cache::{Builder, Cache, Cached, Health, Id, RawId, keyspace};
 use echo_cache_testkit::RedisServer;
 use redis::aio::MultiplexedConnection;
 
 /// How often the coherence links PING (and how long they wait for a PONG).
 pub const PING_EVERY: Duration = Duration::from_millis(200);
-
-#[near_cache(
-    kind = "TRK",
-    ttl_ms = 600_000,
-    coherence = "tracking",
-    name = "tracked"
-)]
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct Tracked {
-    pub revision: u64,
-}
-
-#[near_cache(
-    kind = "BRD",
-    ttl_ms = 600_000,
-    coherence = "broadcast",
-    name = "broadcast"
-)]
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct Broadcast {
-    pub revision: u64,
-}
 
 /// A cached entity that is nothing but its revision in the system of record.
 pub trait Entity: Cached + Clone + Debug + PartialEq {
@@ -58,23 +36,38 @@ pub trait Entity: Cached + Clone + Debug + PartialEq {
     fn revision(&self) -> u64;
 }
 
-impl Entity for Tracked {
-    fn at(revision: u64) -> Tracked {
-        Tracked { revision }
-    }
-    fn revision(&self) -> u64 {
-        self.revision
-    }
-}
+/// Declares an [`Entity`]: a table of `$coherence` (a 10-minute TTL)
+/// whose value is a revision. Each test binary declares the tables it needs
+/// beyond the two below.
+macro_rules! entity {
+    ($entity:ident, $kind:literal, $coherence:literal, $table:literal) => {
+        #[echo_cache::near_cache(
+                                                                    kind = $kind,
+                                                                    ttl_ms = 600_000,
+                                                                    coherence = $coherence,
+                                                                    name = $table
+                                                                )]
+        #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+        pub struct $entity {
+            pub revision: u64,
+        }
 
-impl Entity for Broadcast {
-    fn at(revision: u64) -> Broadcast {
-        Broadcast { revision }
-    }
-    fn revision(&self) -> u64 {
-        self.revision
-    }
+        impl $crate::coherence_support::Entity for $entity {
+            fn at(revision: u64) -> $entity {
+                $entity { revision }
+            }
+            fn revision(&self) -> u64 {
+                self.revision
+            }
+        }
+    };
 }
+// Each binary declares its own extra tables, or none.
+#[allow(unused_imports)]
+pub(crate) use entity;
+
+entity!(Tracked, "TRK", "tracking", "tracked");
+entity!(Broadcast, "BRD", "broadcast", "broadcast");
 
 /// The system of record: the revision of every id (0 until written).
 #[derive(Clone, Default)]
