@@ -183,14 +183,7 @@ async fn fill_versus_invalidate<T: Entity>() {
             "round {round}: the fill answers its caller with what it read"
         );
 
-        match l2_row(&mut raw, id).await {
-            Row::Tombstone(v) => assert_eq!(v, version, "round {round}: the tombstone"),
-            Row::Frame(v) => assert!(
-                v.is_newer_than(&version),
-                "round {round}: the stale fill landed in L2 ({v} is not newer than {version})"
-            ),
-            Row::Absent => panic!("round {round}: the invalidation left no tombstone"),
-        }
+        stale_fill_not_in_l2(&mut raw, id, version, round).await;
         let next = filler.fetch(id).await.expect("fetch");
         assert!(
             next.source() != Source::Hit && next.revision() == 1,
@@ -215,6 +208,24 @@ async fn a_fill_racing_an_invalidation_installs_nowhere_broadcast() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fill_racing_an_invalidation_installs_nowhere_durable() {
     fill_versus_invalidate::<Durable>().await;
+}
+
+/// Checks that L2 holds the tombstone of the invalidation at `version` of
+/// `id`, or a newer frame, never the stale frame of the fill it overtook.
+async fn stale_fill_not_in_l2<T: Entity>(
+    raw: &mut redis::aio::MultiplexedConnection,
+    id: Id<T>,
+    version: RawId,
+    round: usize,
+) {
+    match l2_row(raw, id).await {
+        Row::Tombstone(v) => assert_eq!(v, version, "round {round}: the tombstone"),
+        Row::Frame(v) => assert!(
+            v.is_newer_than(&version),
+            "round {round}: the stale fill landed in L2 ({v} is not newer than {version})"
+        ),
+        Row::Absent => panic!("round {round}: the invalidation left no tombstone"),
+    }
 }
 
 /// Rounds of the `none` table's race.
@@ -253,14 +264,7 @@ async fn a_fill_racing_an_invalidation_never_lands_in_l2_none() {
         let answered = bounded("the fill answers", fetch).await.unwrap().unwrap();
         assert_eq!(answered.revision, 0, "round {round}: the fill's own answer");
 
-        match l2_row(&mut raw, id).await {
-            Row::Tombstone(v) => assert_eq!(v, version, "round {round}: the tombstone"),
-            Row::Frame(v) => assert!(
-                v.is_newer_than(&version),
-                "round {round}: the stale fill landed in L2 ({v} is not newer than {version})"
-            ),
-            Row::Absent => panic!("round {round}: the invalidation left no tombstone"),
-        }
+        stale_fill_not_in_l2(&mut raw, id, version, round).await;
         for (node, name) in [(writer, "the writing node"), (&fresh, "a fresh node")] {
             let next = node.fetch(id).await.expect("fetch");
             assert_eq!(
