@@ -90,7 +90,9 @@ impl<W> Flights<W> {
 
     /// Ends the flight `token` of `key`. If it is still the key's flight
     /// (no write detached it), removes it and runs `install` under the
-    /// lock; returns whether it did.
+    /// lock; returns whether it did. An `install` not run (and what it
+    /// holds) is dropped after the lock is released: parameters outlive
+    /// locals.
     pub(crate) fn land(&self, key: u64, token: u64, install: impl FnOnce()) -> bool {
         let mut shard = self.shard(key);
         let current = shard.get(&key).is_some_and(|slot| slot.token == token);
