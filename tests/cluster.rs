@@ -52,9 +52,9 @@ async fn ready(nodes: &[Cache]) {
     }
 }
 
-/// The slot of `T`'s keys.
+/// The slot of `T`'s keys (and of its channel and stream).
 fn slot_of<T: Cached>() -> u16 {
-    keyspace::slot(keyspace::prefix(T::spec()).as_bytes())
+    keyspace::table_slot(T::spec())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -403,4 +403,52 @@ async fn a_master_killed_under_load_broadcast() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_master_killed_under_load_durable() {
     master_killed_under_load::<Durable>().await;
+}
+
+/// The sum over the nodes of a `CLUSTER INFO` counter of bus messages.
+fn bus_messages(cluster: &RedisCluster, field: &str) -> u64 {
+    cluster
+        .nodes()
+        .iter()
+        .map(|node| {
+            let info: String = node.query(redis::cmd("CLUSTER").arg("INFO"));
+            info.lines()
+                .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
+                .map_or(0, |n| n.trim().parse().expect("a count"))
+        })
+        .sum()
+}
+
+/// A broadcast message is published on its channel's shard and subscribed
+/// there: it never crosses the cluster bus (no classic `PUBLISH` fans out to
+/// every node), and it still reaches the other node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn broadcast_messages_stay_on_their_shard() {
+    let cluster = RedisCluster::start(3, 0);
+    let sor = Sor::default();
+    let (a, b) = (node(&cluster, &sor), node(&cluster, &sor));
+    ready(&[a.clone(), b.clone()]).await;
+    let ids: Vec<Id<Broadcast>> = (0..50).map(|_| Id::mint()).collect();
+    for &id in &ids {
+        b.fetch(id).await.unwrap();
+    }
+    let sent = |field| bus_messages(&cluster, field);
+    let before = (
+        sent("cluster_stats_messages_publish_sent"),
+        sent("cluster_stats_messages_publishshard_sent"),
+    );
+    let applied = b.stats::<Broadcast>().invalidations;
+    for &id in &ids {
+        sor.bump(id.raw());
+        a.invalidate(id).await.expect("invalidate");
+    }
+    eventually("B applies the 50 messages", async || {
+        b.stats::<Broadcast>().invalidations == applied + 50
+    })
+    .await;
+    let after = (
+        sent("cluster_stats_messages_publish_sent"),
+        sent("cluster_stats_messages_publishshard_sent"),
+    );
+    assert_eq!(after, before, "no publish message crossed the cluster bus");
 }

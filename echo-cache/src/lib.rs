@@ -142,19 +142,22 @@
 //!   turns tracking on there (a key's owner pushes its invalidations); a
 //!   tracking table's commands run on the connection to its slot's owner,
 //!   so `NOLOOP` keeps the node's own writes from coming back.
-//! - **broadcast**: `PUBLISH` goes to the owner of the table's slot, and
-//!   every node subscribes there, so a message reaches the subscribers
-//!   without a hop over the cluster bus (a classic message also fans out to
-//!   every node over the bus; sharded pub/sub would spare that, but the
-//!   `redis` crate offers `SSUBSCRIBE` only on its cluster connection,
-//!   which cannot carry tracking).
+//! - **broadcast**: sharded pub/sub. A write's message is `SPUBLISH`ed
+//!   on the table's channel, in the table's slot, and every node holds a
+//!   sharded subscription there (`SSUBSCRIBE`, through a cluster
+//!   connection of its own that routes it to the slot's owner): a message
+//!   reaches the subscribers without crossing the cluster bus (a classic
+//!   `PUBLISH` goes to every node). When the slot moves (a reshard, a
+//!   failover) the server ends the subscription, and the node starts
+//!   afresh: flush, bypass, resubscribe on the new owner.
 //! - **durable**: a node reads each durable table's stream through its own
 //!   blocking connection to the owner of the stream's slot.
 //! - **Topology**: a link reads the topology every 50 ms. A reshard among
-//!   the masters it tracks only re-routes; a master it does not know (a
-//!   replica promoted) makes it start afresh: flush, bypass L1,
-//!   reconnect. A durable lane starts afresh when its stream's owner
-//!   changes.
+//!   the masters it tracks only re-routes its tracking tables (their L1
+//!   stays; the keys a reshard moves are pushed as written, so their rows
+//!   are refilled from L2); a master it does not know (a replica promoted)
+//!   makes it start afresh: flush, bypass L1, reconnect. A durable lane
+//!   starts afresh when its stream's owner changes.
 //! - **Limits**: replication is asynchronous: a write a master
 //!   acknowledged just before it died may be lost by the cluster. A node
 //!   that applied its `broadcast` or `durable` message refuses an older L2

@@ -61,6 +61,11 @@ impl Announcer {
     async fn send(&self, message: &[u8]) -> Result<(), Failure> {
         let mut command = Cmd::new();
         match self.spec.coherence() {
+            // On a cluster, sharded: to the owner of the channel's slot,
+            // where the nodes subscribe, and nowhere else.
+            Coherence::Broadcast if self.server.is_cluster() => {
+                command.arg("SPUBLISH").arg(keyspace::channel(self.spec));
+            }
             Coherence::Broadcast => {
                 command.arg("PUBLISH").arg(keyspace::channel(self.spec));
             }

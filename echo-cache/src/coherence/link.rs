@@ -8,11 +8,12 @@
 //! on each (`CLIENT TRACKING ON BCAST NOLOOP` with the prefix of every
 //! tracking table: the owner of a key pushes its invalidations, and a
 //! reshard moves keys between masters), subscribes to the channel of every
-//! broadcast table on one of them, then trusts their L1. It ends when a
+//! broadcast table (sharded, on a cluster), then trusts their L1. It ends when a
 //! connection is lost (closed by the server, killed, dropped for its output
-//! buffer), silent past the PING deadline, or when the cluster's topology
-//! changed (a failover, a reshard: a new master would not push to this
-//! node); its tables are then flushed and bypassed until the next session
+//! buffer), silent past the PING deadline, when a sharded channel's slot
+//! moved, or when a master it does not know serves slots (a replica
+//! promoted would not push to this node); its tables are then flushed and
+//! bypassed until the next session
 //! is up. Sessions follow each other, with a backoff, until the cache is
 //! dropped.
 
@@ -21,6 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
+use redis::cluster_async::ClusterConnection;
 use redis::{
     AsyncConnectionConfig, Client, ConnectionInfo, ProtocolVersion, PushInfo, PushKind,
     RedisResult, Value,
@@ -47,11 +49,6 @@ pub(crate) struct Settings {
 struct Route {
     table: Arc<dyn Target>,
     address: Vec<u8>,
-    /// The slot of the table's keys, and of its channel: a publisher's
-    /// `PUBLISH` goes to that slot's owner, and so does the subscription,
-    /// so a message reaches its subscribers without crossing the cluster
-    /// bus.
-    slot: u16,
 }
 
 impl Route {
@@ -64,7 +61,6 @@ impl Route {
         Route {
             table: Arc::clone(table),
             address: address.into_bytes(),
-            slot: crate::keyspace::table_slot(spec),
         }
     }
 
@@ -116,7 +112,7 @@ async fn session(
     let topology = server.topology().await?;
     let (pushes, mut received) = mpsc::unbounded_channel();
     let config = AsyncConnectionConfig::new()
-        .set_push_sender(pushes)
+        .set_push_sender(pushes.clone())
         .set_connection_timeout(Some(settings.deadline))
         .set_response_timeout(Some(settings.deadline));
     let mut connections = Vec::with_capacity(topology.masters.len());
@@ -131,7 +127,7 @@ async fn session(
             .map_err(|e| format!("CLIENT TRACKING on {}: {e}", master.name))?;
         connections.push((master.slots.clone(), connection));
     }
-    subscribe(&mut connections, routes, None).await?;
+    let _subscriber = subscribe(server, &mut connections, routes, &pushes).await?;
     server.link().set(connections.clone());
     // The server is back: what this node's writes could not deliver while
     // it was away goes out before its tables are trusted (the delivery task
@@ -155,6 +151,11 @@ async fn session(
                 None => return Err("the connection ended".into()),
                 Some(push) if push.kind == PushKind::Disconnection => {
                     return Err("the server closed a connection".into());
+                }
+                // A sharded channel's slot moved (a reshard, a failover):
+                // messages may have gone to its new owner meanwhile.
+                Some(push) if push.kind == PushKind::SUnsubscribe => {
+                    return Err("a broadcast channel's slot moved".into());
                 }
                 Some(push) => apply(routes, &push),
             },
@@ -183,9 +184,7 @@ async fn session(
                 // A reshard among the masters this link tracks: pushes keep
                 // coming; only the routes of the tracking tables' commands
                 // follow the slots.
-                let before = connections.clone();
                 connections = remap(connections, &topology, &now);
-                subscribe(&mut connections, routes, Some(&before)).await?;
                 server.link().set(connections.clone());
                 topology = now;
             }
@@ -217,35 +216,38 @@ fn remap(connections: Vec<NodeConnection>, from: &Topology, to: &Topology) -> Ve
         .collect()
 }
 
-/// Subscribes each broadcast table's channel on the connection to the node
-/// that serves its slot (unless, with `before`, that node served it
-/// already: a reshard moves only some slots). A subscription left on a
-/// node that no longer serves the slot does no harm: a message published
-/// anywhere reaches every node's subscribers.
+/// Subscribes every broadcast table's channel: on a cluster, a sharded
+/// subscription (`SSUBSCRIBE`) through a cluster connection of its own,
+/// which routes it to the owner of the channel's slot, where `SPUBLISH`
+/// lands, so a message never crosses the cluster bus (that connection is
+/// returned, to live as long as the session); on one server, a plain
+/// subscription on the link's connection.
 async fn subscribe(
+    server: &Server,
     connections: &mut [NodeConnection],
     routes: &[Route],
-    before: Option<&[NodeConnection]>,
-) -> Result<(), String> {
-    let serves = |slots: &[(u16, u16)], slot: u16| {
-        slots.iter().any(|&(from, to)| (from..=to).contains(&slot))
-    };
-    for route in routes.iter().filter(|route| !route.tracking()) {
-        let Some(index) = connections
-            .iter()
-            .position(|(slots, _)| serves(slots, route.slot))
-        else {
-            continue;
-        };
-        if before.is_some_and(|before| serves(&before[index].0, route.slot)) {
-            continue;
-        }
-        (connections[index].1)
-            .subscribe(&route.address)
-            .await
-            .map_err(|e| format!("subscribe: {e}"))?;
+    pushes: &mpsc::UnboundedSender<PushInfo>,
+) -> Result<Option<ClusterConnection>, String> {
+    let channels: Vec<&[u8]> = routes
+        .iter()
+        .filter(|route| !route.tracking())
+        .map(|route| route.address.as_slice())
+        .collect();
+    if channels.is_empty() {
+        return Ok(None);
     }
-    Ok(())
+    if let Some(subscriber) = server.subscriber(pushes.clone()).await {
+        let mut subscriber = subscriber?;
+        for channel in channels {
+            (subscriber.ssubscribe(channel).await).map_err(|e| format!("SSUBSCRIBE: {e}"))?;
+        }
+        return Ok(Some(subscriber));
+    }
+    let (_, connection) = connections.first_mut().ok_or("no node serves slots")?;
+    for channel in channels {
+        (connection.subscribe(channel).await).map_err(|e| format!("subscribe: {e}"))?;
+    }
+    Ok(None)
 }
 
 /// Turns on tracking of the tracking tables' prefixes on `connection`,
@@ -284,7 +286,7 @@ fn apply(routes: &[Route], push: &PushInfo) {
                 .filter(|route| route.tracking())
                 .for_each(|route| route.table.flush()),
         },
-        PushKind::Message => {
+        PushKind::Message | PushKind::SMessage => {
             let (Some(Value::BulkString(channel)), Some(Value::BulkString(payload))) =
                 (push.data.first(), push.data.get(1))
             else {

@@ -24,8 +24,9 @@ use redis::aio::{
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
-use redis::{Cmd, ConnectionInfo, FromRedisValue, RedisError, Script, Value};
+use redis::{Cmd, ConnectionInfo, FromRedisValue, PushInfo, RedisError, Script, Value};
 use tokio::sync::OnceCell;
+use tokio::sync::mpsc::UnboundedSender;
 
 use crate::error::Error;
 use breaker::Breaker;
@@ -78,6 +79,9 @@ enum Commands {
     Cluster {
         client: ClusterClient,
         connection: OnceCell<ClusterConnection>,
+        /// How the cluster was given, for the lanes' clients of their own.
+        seeds: Vec<String>,
+        tls_root: Option<Vec<u8>>,
     },
 }
 
@@ -123,10 +127,12 @@ impl Server {
                 connection: OnceCell::new(),
             },
             Address::Cluster(seeds) => Commands::Cluster {
-                client: cluster_client(seeds, tls_root, timeout).map_err(|e| {
+                client: cluster_client(seeds, tls_root, timeout, None).map_err(|e| {
                     Error::Config(format!("L2 cluster {}: {e}", redacted(&seeds[0])))
                 })?,
                 connection: OnceCell::new(),
+                seeds: seeds.clone(),
+                tls_root: tls_root.map(<[u8]>::to_vec),
             },
         };
         Ok(Server {
@@ -225,6 +231,34 @@ impl Server {
                 return done;
             }
         }
+    }
+
+    /// On a cluster, a connection of its own, in RESP3, that sends its
+    /// pushes (and its nodes' disconnections) to `pushes`: for the sharded
+    /// subscriptions of the coherence link, which it routes to the owner of
+    /// each channel's slot. `None` on one server.
+    pub(crate) async fn subscriber(
+        &self,
+        pushes: UnboundedSender<PushInfo>,
+    ) -> Option<Result<ClusterConnection, String>> {
+        let Commands::Cluster {
+            seeds, tls_root, ..
+        } = &self.commands
+        else {
+            return None;
+        };
+        let connect = async {
+            let client = cluster_client(seeds, tls_root.as_deref(), self.timeout, Some(pushes))
+                .map_err(|e| e.to_string())?;
+            client
+                .get_async_connection()
+                .await
+                .map_err(|e| e.to_string())
+        };
+        Some(match tokio::time::timeout(self.timeout, connect).await {
+            Ok(connected) => connected,
+            Err(_) => Err(format!("no cluster connection within {:?}", self.timeout)),
+        })
     }
 
     /// Who serves which slots now: the masters of the cluster (asked of a
@@ -359,7 +393,9 @@ impl Server {
                     .await?;
                 Ok(Connection::Managed(connection.clone()))
             }
-            Commands::Cluster { client, connection } => {
+            Commands::Cluster {
+                client, connection, ..
+            } => {
                 let connection = connection
                     .get_or_try_init(|| client.get_async_connection())
                     .await?;
@@ -371,10 +407,12 @@ impl Server {
 
 /// The cluster client of `seeds`: every seed must share the scheme and the
 /// credentials (the cluster's nodes are reached with the seeds' settings).
+/// With `pushes`, it speaks RESP3 and sends its pushes there.
 fn cluster_client(
     seeds: &[String],
     tls_root: Option<&[u8]>,
     timeout: Duration,
+    pushes: Option<UnboundedSender<PushInfo>>,
 ) -> Result<ClusterClient, RedisError> {
     let builder = ClusterClient::builder(seeds.iter().map(String::as_str))
         .connection_timeout(timeout)
@@ -382,6 +420,12 @@ fn cluster_client(
         .retries(3)
         .min_retry_wait(5)
         .max_retry_wait(50);
+    let builder = match pushes {
+        Some(pushes) => builder
+            .use_protocol(redis::ProtocolVersion::RESP3)
+            .push_sender(pushes),
+        None => builder,
+    };
     #[cfg(feature = "tls")]
     let builder = match tls_root {
         Some(pem) => builder.certs(redis::TlsCertificates {
