@@ -143,8 +143,9 @@ use tokio::runtime::Runtime;
 mod support;
 
 use support::{
-    EVICTION_WAIT, Invalidation, Rounds, TimedLine, benchmarking, cpus, invalidation_sample,
-    load_average, publish, quantile, us, verdict,
+    EVICTION_WAIT, Figures, Invalidation, LATE, Rounds, Run, TimedLine, WatchFrom, benchmarking,
+    cpus, invalidation_line, invalidation_sample, invalidation_samples, load_average, publish,
+    quantile, us, verdict,
 };
 
 /// Ids filled in L2 by node A, read by node B (part 1).
@@ -153,14 +154,8 @@ const POOL: usize = 8_192;
 const NET_BATCH: u64 = 1_500;
 /// The target of issue 9 for `fill_fresh / raw_get`.
 const TARGET_FILL: f64 = 1.15;
-/// Samples per coherence line run (and discarded) to size criterion's run.
-const CALIBRATION: u64 = 100;
-/// Timeouts after which a coherence line is abandoned (each costs 1 s).
-const MAX_TIMEOUTS: usize = 10;
 /// The target of issue 9 for every mode's invalidation p99, on loopback.
 const TARGET_P99: Duration = Duration::from_millis(2);
-/// An invalidation later than this is looked at for run-queue wait.
-const LATE: Duration = Duration::from_micros(100);
 /// The hot set of the reshard part.
 const HOT: usize = 1_000;
 /// The Zipf exponent of the reshard part's reads.
@@ -597,9 +592,6 @@ fn fill_summary(fill: &Fill, settings: &Settings) -> String {
 // ---------------------------------------------------------------------------
 // Part 2: invalidation latency per mode.
 
-/// Runs `n` invalidation samples of a line; they are returned.
-type Run = Box<dyn Fn(u64) -> Vec<Invalidation>>;
-
 /// One line of part 2.
 struct CohLine {
     name: &'static str,
@@ -664,19 +656,7 @@ impl Coh {
         let run: Run = Box::new(move |n| {
             let (a, b, pids) = (a.clone(), b.clone(), Arc::clone(&pids));
             let task = rt.spawn(async move {
-                let mut samples = Vec::new();
-                let mut timeouts = 0;
-                for _ in 0..n {
-                    let sample = invalidation_sample::<T>(&a, &b, &pids).await;
-                    timeouts += usize::from(sample.held && sample.evicted.is_none());
-                    samples.push(sample);
-                    assert!(
-                        timeouts < MAX_TIMEOUTS,
-                        "{timeouts} evictions of {} never seen within {EVICTION_WAIT:?}",
-                        T::spec().name()
-                    );
-                }
-                samples
+                invalidation_samples::<T>(&a, &b, &pids, WatchFrom::Return, n).await
             });
             rt.block_on(task).expect("the sampling task")
         });
@@ -705,27 +685,15 @@ impl Coh {
 fn coherence_group(c: &mut Criterion, lines: &mut [CohLine], calibrate: bool, samples: usize) {
     let mut group = c.benchmark_group("cluster_coherence");
     group.sampling_mode(SamplingMode::Flat).sample_size(10);
+    let size_for = calibrate.then(|| u32::try_from(samples).expect("a small count"));
     for line in lines {
-        if calibrate {
-            let probe = (line.run)(CALIBRATION);
-            let mean = probe.iter().map(Invalidation::delivery).sum::<Duration>()
-                / u32::try_from(probe.len()).expect("a small count");
-            let mean = mean.max(Duration::from_micros(1));
-            group
-                .warm_up_time(mean * 50)
-                .measurement_time(mean * u32::try_from(samples).expect("a small count"));
-        }
-        let CohLine {
-            name, run, samples, ..
-        } = line;
-        group.bench_function(*name, |bencher| {
-            bencher.iter_custom(|iters| {
-                let batch = run(iters);
-                let total = batch.iter().map(Invalidation::delivery).sum::<Duration>();
-                samples.extend(batch);
-                total
-            });
-        });
+        invalidation_line(
+            &mut group,
+            line.name,
+            &line.run,
+            &mut line.samples,
+            size_for,
+        );
     }
     group.finish();
 }
@@ -768,29 +736,18 @@ fn coherence_summary(coh: &Coh, lines: &[CohLine], load_before: &str) -> String 
     );
     let mut verdicts = String::new();
     for line in lines.iter().filter(|l| !l.samples.is_empty()) {
-        let held: Vec<&Invalidation> = line.samples.iter().filter(|s| s.held).collect();
-        if held.is_empty() {
+        let Some(figures) = Figures::of(&line.samples) else {
             let _ = writeln!(out, "   {:<10} no sample held a row", line.name);
             continue;
-        }
-        let sorted = |f: fn(&Invalidation) -> Duration| {
-            let mut v: Vec<Duration> = held.iter().map(|s| f(s)).collect();
-            v.sort();
-            v
         };
-        let latency = sorted(Invalidation::latency);
-        let delivery = sorted(Invalidation::delivery);
-        let write = sorted(|s| s.write);
-        let n = held.len();
-        let early = held.iter().filter(|s| s.early()).count();
-        let timeouts = held.iter().filter(|s| s.evicted.is_none()).count();
-        let stray = held.iter().filter(|s| s.stray).count();
-        let late: Vec<&&Invalidation> = held.iter().filter(|s| s.latency() > LATE).collect();
-        let in_queue = late
-            .iter()
-            .filter(|s| s.queued.as_secs_f64() >= 0.9 * s.latency().as_secs_f64())
-            .count();
-        let p99 = quantile(&latency, 0.99);
+        let Figures {
+            latency,
+            delivery,
+            write,
+            ..
+        } = &figures;
+        let n = figures.n();
+        let p99 = figures.p99();
         #[allow(clippy::cast_precision_loss)]
         let _ = writeln!(
             out,
@@ -798,26 +755,19 @@ fn coherence_summary(coh: &Coh, lines: &[CohLine], load_before: &str) -> String 
             line.name,
             line.owner,
             n,
-            100.0 * early as f64 / n as f64,
-            us(quantile(&latency, 0.50)),
+            100.0 * figures.early as f64 / n as f64,
+            us(quantile(latency, 0.50)),
             us(p99),
             us(latency[n - 1]),
-            us(quantile(&delivery, 0.50)),
-            us(quantile(&delivery, 0.99)),
-            us(quantile(&write, 0.50)),
-            us(quantile(&write, 0.99)),
-            timeouts,
-            stray,
-            format!("{} ({in_queue})", late.len()),
+            us(quantile(delivery, 0.50)),
+            us(quantile(delivery, 0.99)),
+            us(quantile(write, 0.50)),
+            us(quantile(write, 0.99)),
+            figures.timeouts,
+            figures.stray,
+            format!("{} ({})", figures.late.len(), figures.in_queue),
         );
-        let _ = writeln!(
-            verdicts,
-            "   {:<10} p99 {:>8.1} µs (n = {n}), target <= {:.0} µs: {}",
-            line.name,
-            us(p99),
-            us(TARGET_P99),
-            verdict(p99 <= TARGET_P99)
-        );
+        let _ = writeln!(verdicts, "   {}", figures.verdict(line.name, TARGET_P99));
     }
     if !coh.durable {
         let _ = writeln!(
@@ -1138,7 +1088,10 @@ impl Reshard {
             }
             let mut samples = Vec::with_capacity(AFTER_SAMPLES);
             for _ in 0..AFTER_SAMPLES {
-                samples.push(invalidation_sample::<T>(&caches[0], &caches[1], &self.pids).await);
+                samples.push(
+                    invalidation_sample::<T>(&caches[0], &caches[1], &self.pids, WatchFrom::Return)
+                        .await,
+                );
             }
             let phases = [
                 ("before", t0.until(&t1), t1.at - t0.at, before),
@@ -1218,23 +1171,21 @@ impl Reshard {
                 format!("{} / {}", seen.not_serving, seen.polls),
             );
         }
-        let held: Vec<&Invalidation> = after_samples.iter().filter(|s| s.held).collect();
-        let mut latency: Vec<Duration> = held.iter().map(|s| s.latency()).collect();
-        latency.sort();
-        let timeouts = held.iter().filter(|s| s.evicted.is_none()).count();
-        if latency.is_empty() {
+        if let Some(figures) = Figures::of(&after_samples) {
+            let latency = &figures.latency;
             let _ = writeln!(
                 out,
-                "   invalidations after the reshard: no sample held a row"
+                "   invalidations after the reshard (A -> B, from the new owner): n = {}, \
+                 returned->evicted p50 {:.1} µs, max {:.1} µs, timeouts {}",
+                figures.n(),
+                us(quantile(latency, 0.5)),
+                us(latency[latency.len() - 1]),
+                figures.timeouts,
             );
         } else {
             let _ = writeln!(
                 out,
-                "   invalidations after the reshard (A -> B, from the new owner): n = {}, \
-                 returned->evicted p50 {:.1} µs, max {:.1} µs, timeouts {timeouts}",
-                held.len(),
-                us(quantile(&latency, 0.5)),
-                us(latency[latency.len() - 1]),
+                "   invalidations after the reshard: no sample held a row"
             );
         }
         if kept {

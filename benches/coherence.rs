@@ -14,7 +14,8 @@
 //! line runs only if the durable lane is wired (its table comes up
 //! `Serving` within 3 s); otherwise the summary says it was skipped.
 //!
-//! One sample, in one task on the runtime:
+//! One sample, in one task on the runtime (`support::invalidation_sample`,
+//! shared with `benches/cluster.rs`):
 //!
 //! 1. B fetches a fresh id twice: a fill, then a hit (B holds the row);
 //! 2. A calls `invalidate(id)`; the clock starts when the call returns;
@@ -94,12 +95,11 @@
 
 use std::convert::Infallible;
 use std::fmt::Write as _;
-use std::path::PathBuf;
-use std::sync::{Arc, LazyLock, OnceLock};
+use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, SamplingMode};
-use echo_cache::{Cache, Cached, Health, Id, Source, near_cache};
+use echo_cache::{Cache, Cached, Health, Id, near_cache};
 use echo_cache_testkit::RedisServer;
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, PushInfo, PushKind};
@@ -110,25 +110,17 @@ use tokio::sync::mpsc;
 #[allow(dead_code)]
 mod support;
 
-use support::{benchmarking, cpus, load_average, publish, verdict};
+use support::{
+    EVICTION_WAIT, Figures, Invalidation, LATE, Run, WatchFrom, benchmarking, cpus,
+    invalidation_line, invalidation_samples, load_average, measure, publish, quantile, us,
+};
 
-/// How long B's eviction is waited for before the sample is a timeout.
-const WAIT: Duration = Duration::from_secs(1);
-/// Samples per line run (and discarded) to size criterion's run.
-const CALIBRATION: u64 = 100;
 /// Samples per line criterion is sized to collect.
 const TARGET_SAMPLES: u32 = 2_000;
 /// Fewest samples per line the percentiles are computed from.
 const MIN_SAMPLES: usize = 2_000;
-/// Timeouts after which a line is abandoned (each costs `WAIT`).
-const MAX_TIMEOUTS: usize = 10;
-/// `spin_loop` hints between two polls.
-const SPINS: u32 = 16;
 /// The target of issue 4 for `tracking` and `broadcast`.
 const TARGET_P99: Duration = Duration::from_millis(2);
-/// A sample later than this (write returned → evicted) is looked at in the
-/// summary's run-queue table.
-const LATE: Duration = Duration::from_micros(100);
 /// The prefix of the raw tracking baseline's keys.
 const RAW_PREFIX: &str = "cohbench:raw:";
 /// The channel of the raw pub/sub baseline.
@@ -173,161 +165,15 @@ pub struct CohDurable {
     pub revision: u64,
 }
 
-/// One sample.
-#[derive(Clone, Copy, Debug)]
-struct Sample {
-    /// How long A's write call took (called → returned).
-    write: Duration,
-    /// When B's eviction was seen, from A's call; `None` if not within
-    /// `WAIT`.
-    evicted: Option<Duration>,
-    /// Whether B held the row before the write (if not, no latency).
-    held: bool,
-    /// B's counter moved but B still held rows.
-    stray: bool,
-    /// Time the bench's threads and the server's spent runnable but waiting
-    /// for a CPU during the sample (summed over threads).
-    queued: Duration,
-}
-
-impl Sample {
-    /// Write returned → eviction seen: 0 if B had evicted by the time A's
-    /// write returned, `WAIT` on a timeout. The figure of issue 4.
-    fn latency(&self) -> Duration {
-        self.evicted
-            .map_or(WAIT, |at| at.saturating_sub(self.write))
-    }
-
-    /// Write called → eviction seen (`WAIT` on a timeout).
-    fn delivery(&self) -> Duration {
-        self.evicted.unwrap_or(WAIT)
-    }
-
-    fn early(&self) -> bool {
-        self.evicted.is_some_and(|at| at <= self.write)
-    }
-
-    /// Eviction seen − write returned, in µs, signed.
-    fn lead_us(&self) -> Option<f64> {
-        self.evicted
-            .map(|at| (at.as_secs_f64() - self.write.as_secs_f64()) * 1e6)
-    }
-}
-
-/// Polls `seen` until it holds or `WAIT` has passed since `from`; when.
-async fn wait_for(mut seen: impl FnMut() -> bool, from: Instant) -> Option<Instant> {
-    loop {
-        if seen() {
-            return Some(Instant::now());
-        }
-        if from.elapsed() > WAIT {
-            return None;
-        }
-        for _ in 0..SPINS {
-            std::hint::spin_loop();
-        }
-        // Let the runtime's other tasks run on this thread, then let the OS
-        // give this CPU to a thread that waits for one: on a busy machine
-        // that is often the worker that would deliver the eviction.
-        tokio::task::yield_now().await;
-        std::thread::yield_now();
-    }
-}
-
-/// Whether B is watched once A's write has returned (the default) rather
-/// than from the moment it is called (`ECHO_COH_BENCH_WATCH=call`).
-static WATCH_AFTER: LazyLock<bool> =
-    LazyLock::new(|| std::env::var("ECHO_COH_BENCH_WATCH").map_or(true, |w| w != "call"));
-
-/// Runs `write`, then polls `seen` from the moment it returned (an eviction
-/// seen at the first poll is dated at the return); or, without
-/// `WATCH_AFTER`, polls `seen` in the same task from the moment the write is
-/// called, so that when the write returned and when `seen` first held are
-/// both known, whichever came first.
-async fn measure(write: impl Future<Output = ()>, mut seen: impl FnMut() -> bool) -> Sample {
-    let queued_before = run_delay();
-    let called = Instant::now();
-    let (returned, evicted) = if *WATCH_AFTER {
-        write.await;
-        let returned = Instant::now();
-        let evicted = if seen() {
-            Some(returned)
-        } else {
-            wait_for(seen, returned).await
-        };
-        (returned, evicted)
+/// From when B is watched: once A's write has returned (the default), or
+/// from the moment it is called (`ECHO_COH_BENCH_WATCH=call`).
+static WATCH: LazyLock<WatchFrom> = LazyLock::new(|| {
+    if std::env::var("ECHO_COH_BENCH_WATCH").map_or(true, |w| w != "call") {
+        WatchFrom::Return
     } else {
-        let write = async {
-            write.await;
-            Instant::now()
-        };
-        tokio::join!(write, wait_for(seen, called))
-    };
-    Sample {
-        write: returned - called,
-        evicted: evicted.map(|at| at - called),
-        held: true,
-        stray: false,
-        queued: run_delay().saturating_sub(queued_before),
+        WatchFrom::Call
     }
-}
-
-/// The server's process id, for `run_delay`.
-static SERVER_PID: OnceLock<u32> = OnceLock::new();
-
-/// The time every thread of this process and of the server has spent
-/// runnable but not running, so far (the second field of
-/// `/proc/<pid>/task/<tid>/schedstat`); zero where that is not available.
-fn run_delay() -> Duration {
-    let mut dirs = vec![PathBuf::from("/proc/self/task")];
-    if let Some(pid) = SERVER_PID.get() {
-        dirs.push(PathBuf::from(format!("/proc/{pid}/task")));
-    }
-    let waited = dirs
-        .iter()
-        .filter_map(|dir| std::fs::read_dir(dir).ok())
-        .flatten()
-        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("schedstat")).ok())
-        .filter_map(|line| line.split_whitespace().nth(1)?.parse::<u64>().ok())
-        .sum();
-    Duration::from_nanos(waited)
-}
-
-/// One sample of a cache line: B holds a row of `T`, A invalidates it.
-async fn cache_sample<T: Cached>(a: &Cache, b: &Cache) -> Sample {
-    let id = Id::<T>::mint();
-    let mut held = false;
-    for _ in 0..100 {
-        b.fetch(id).await.expect("B fills");
-        if b.fetch(id).await.expect("B reads").source() == Source::Hit {
-            held = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
-    if !held {
-        return Sample {
-            write: Duration::ZERO,
-            evicted: None,
-            held: false,
-            stray: false,
-            queued: Duration::ZERO,
-        };
-    }
-    let before = b.stats::<T>().invalidations;
-    let write = async {
-        a.invalidate(id).await.expect("A invalidates");
-    };
-    let mut sample = measure(write, || b.stats::<T>().invalidations != before).await;
-    if sample.evicted.is_none() {
-        // A late push must not count for the next sample.
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        b.flush::<T>();
-    } else {
-        sample.stray = b.stats::<T>().size != 0;
-    }
-    sample
-}
+});
 
 /// The raw baselines' connections.
 struct Raw {
@@ -338,10 +184,12 @@ struct Raw {
     /// The other client, which writes.
     writer: MultiplexedConnection,
     next: u64,
+    /// The server's process id, for the run-queue wait.
+    pids: Arc<[u32]>,
 }
 
 impl Raw {
-    async fn open(url: &str) -> Raw {
+    async fn open(url: &str, pids: Arc<[u32]>) -> Raw {
         let resp3 = redis::Client::open(format!("{url}/?protocol=resp3")).expect("a RESP3 URL");
         let (tx, pushes) = mpsc::unbounded_channel();
         let config = AsyncConnectionConfig::new().set_push_sender(tx);
@@ -372,12 +220,13 @@ impl Raw {
             pushes,
             writer,
             next: 0,
+            pids,
         }
     }
 
     /// One sample: the writer `SET`s a tracked key (`Invalidate` push) or
     /// `PUBLISH`es (`Message` push).
-    async fn sample(&mut self, kind: &PushKind) -> Sample {
+    async fn sample(&mut self, kind: &PushKind) -> Invalidation {
         while self.pushes.try_recv().is_ok() {}
         self.next += 1;
         let mut command = match kind {
@@ -389,22 +238,22 @@ impl Raw {
             _ => command.arg(RAW_CHANNEL),
         };
         command.arg(self.next);
-        let Raw { pushes, writer, .. } = self;
+        let Raw {
+            pushes,
+            writer,
+            pids,
+            ..
+        } = self;
         let write = async move {
             command
                 .query_async::<redis::Value>(writer)
                 .await
                 .expect("raw write");
         };
-        measure(write, || {
-            std::iter::from_fn(|| pushes.try_recv().ok()).any(|push| push.kind == *kind)
-        })
-        .await
+        let seen = || std::iter::from_fn(|| pushes.try_recv().ok()).any(|push| push.kind == *kind);
+        measure(write, seen, pids, *WATCH).await
     }
 }
-
-/// Runs `n` samples of a line; they are returned.
-type Run = Box<dyn Fn(u64) -> Vec<Sample>>;
 
 /// One line of the bench.
 struct Line {
@@ -413,7 +262,7 @@ struct Line {
     targeted: bool,
     run: Run,
     /// Every sample run under criterion (and the top-up).
-    samples: Vec<Sample>,
+    samples: Vec<Invalidation>,
 }
 
 struct Bench {
@@ -424,6 +273,8 @@ struct Bench {
     b: Cache,
     raw: Arc<tokio::sync::Mutex<Raw>>,
     durable: bool,
+    /// The server's process id, for the run-queue wait.
+    pids: Arc<[u32]>,
 }
 
 impl Bench {
@@ -441,9 +292,7 @@ impl Bench {
         .build()
         .expect("a Tokio runtime");
         let server = RedisServer::start();
-        if let Some(pid) = server.pid() {
-            let _ = SERVER_PID.set(pid);
-        }
+        let pids: Arc<[u32]> = server.pid().into_iter().collect();
         let node = || {
             let _entered = rt.enter();
             Cache::builder()
@@ -491,7 +340,7 @@ impl Bench {
             );
         }
         let durable = up(CohDurable::spec().name(), Duration::from_secs(3));
-        let raw = rt.block_on(Raw::open(&server.url()));
+        let raw = rt.block_on(Raw::open(&server.url(), Arc::clone(&pids)));
         Bench {
             rt: Arc::new(rt),
             runtime_name,
@@ -500,29 +349,22 @@ impl Bench {
             b,
             raw: Arc::new(tokio::sync::Mutex::new(raw)),
             durable,
+            pids,
         }
     }
 
     /// A line of a cache table: `n` samples in one task on the runtime.
     fn cache_line<T: Cached>(&self) -> Run {
-        let (rt, a, b) = (Arc::clone(&self.rt), self.a.clone(), self.b.clone());
+        let (rt, a, b, pids) = (
+            Arc::clone(&self.rt),
+            self.a.clone(),
+            self.b.clone(),
+            Arc::clone(&self.pids),
+        );
         Box::new(move |n| {
-            let (a, b) = (a.clone(), b.clone());
-            let task = rt.spawn(async move {
-                let mut samples = Vec::new();
-                let mut timeouts = 0;
-                for _ in 0..n {
-                    let sample = cache_sample::<T>(&a, &b).await;
-                    timeouts += usize::from(sample.held && sample.evicted.is_none());
-                    samples.push(sample);
-                    assert!(
-                        timeouts < MAX_TIMEOUTS,
-                        "{timeouts} evictions of {} never seen within {WAIT:?}",
-                        T::spec().name()
-                    );
-                }
-                samples
-            });
+            let (a, b, pids) = (a.clone(), b.clone(), Arc::clone(&pids));
+            let task =
+                rt.spawn(async move { invalidation_samples::<T>(&a, &b, &pids, *WATCH, n).await });
             rt.block_on(task).expect("the sampling task")
         })
     }
@@ -574,42 +416,15 @@ fn criterion_run(c: &mut Criterion, lines: &mut [Line], calibrate: bool) {
     let mut group = c.benchmark_group("coherence");
     group.sampling_mode(SamplingMode::Flat).sample_size(10);
     for line in lines {
-        if calibrate {
-            let probe = (line.run)(CALIBRATION);
-            let mean = probe.iter().map(Sample::delivery).sum::<Duration>() / probe.len() as u32;
-            let mean = mean.max(Duration::from_micros(1));
-            group
-                .warm_up_time(mean * 50)
-                .measurement_time(mean * TARGET_SAMPLES);
-        }
-        let Line {
-            name, run, samples, ..
-        } = line;
-        group.bench_function(*name, |bencher| {
-            bencher.iter_custom(|iters| {
-                let batch = run(iters);
-                let total = batch.iter().map(Sample::delivery).sum::<Duration>();
-                samples.extend(batch);
-                total
-            });
-        });
+        invalidation_line(
+            &mut group,
+            line.name,
+            &line.run,
+            &mut line.samples,
+            calibrate.then_some(TARGET_SAMPLES),
+        );
     }
     group.finish();
-}
-
-/// The nearest-rank `p` quantile of sorted `values`.
-fn quantile(sorted: &[Duration], p: f64) -> Duration {
-    #[allow(
-        clippy::cast_possible_truncation,
-        clippy::cast_sign_loss,
-        clippy::cast_precision_loss
-    )]
-    let rank = (p * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
-}
-
-fn us(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e6
 }
 
 fn summary(bench: &Bench, lines: &[Line], load_before: &str) -> String {
@@ -621,14 +436,13 @@ fn summary(bench: &Bench, lines: &[Line], load_before: &str) -> String {
          runtime {}; B watched {}; server {} {}; {cpus} CPUs; \
          load average before: {load_before}, after: {}\n\
          returned->evicted: 0 when B had evicted by the time A's write returned (early); \
-         a timeout (> {WAIT:?}) counts as {WAIT:?}\n\
+         a timeout (> {EVICTION_WAIT:?}) counts as {EVICTION_WAIT:?}\n\
          lead p50: median of (evicted - returned), signed; \
          called->evicted: from A's call; write: A's call",
         bench.runtime_name,
-        if *WATCH_AFTER {
-            "from the write's return"
-        } else {
-            "from the write's call"
+        match *WATCH {
+            WatchFrom::Return => "from the write's return",
+            WatchFrom::Call => "from the write's call",
         },
         bench.server.binary().display(),
         bench.server.version(),
@@ -672,44 +486,40 @@ fn summary(bench: &Bench, lines: &[Line], load_before: &str) -> String {
         "rq >= .9 delay",
     );
     for line in lines.iter().filter(|l| !l.samples.is_empty()) {
-        let held: Vec<&Sample> = line.samples.iter().filter(|s| s.held).collect();
-        if held.is_empty() {
+        let Some(figures) = Figures::of(&line.samples) else {
             let _ = writeln!(out, "{:<13} no sample held a row", line.name);
             continue;
-        }
-        let sorted = |f: fn(&Sample) -> Duration| {
-            let mut v: Vec<Duration> = held.iter().map(|s| f(s)).collect();
-            v.sort();
-            v
         };
-        let latency = sorted(Sample::latency);
-        let delivery = sorted(Sample::delivery);
-        let write = sorted(|s| s.write);
+        let Figures {
+            held,
+            latency,
+            delivery,
+            write,
+            late,
+            ..
+        } = &figures;
         let mut lead: Vec<f64> = held.iter().filter_map(|s| s.lead_us()).collect();
         lead.sort_by(f64::total_cmp);
-        let early = held.iter().filter(|s| s.early()).count();
-        let timeouts = held.iter().filter(|s| s.evicted.is_none()).count();
-        let stray = held.iter().filter(|s| s.stray).count();
-        let n = held.len();
-        let p99 = quantile(&latency, 0.99);
+        let n = figures.n();
+        let p99 = figures.p99();
         #[allow(clippy::cast_precision_loss)]
         let _ = writeln!(
             out,
             "{:<13} {:>5} {:>5.1}% | {:>8.1} {:>8.1} {:>8.1} | {:>+8.1} | {:>8.1} {:>8.1} {:>8.1} | {:>7.1} {:>7.1} | {:>4} {:>5}",
             line.name,
             n,
-            100.0 * early as f64 / n as f64,
-            us(quantile(&latency, 0.50)),
+            100.0 * figures.early as f64 / n as f64,
+            us(quantile(latency, 0.50)),
             us(p99),
             us(latency[n - 1]),
             lead.get(lead.len() / 2).copied().unwrap_or(f64::NAN),
-            us(quantile(&delivery, 0.50)),
-            us(quantile(&delivery, 0.99)),
+            us(quantile(delivery, 0.50)),
+            us(quantile(delivery, 0.99)),
             us(delivery[n - 1]),
-            us(quantile(&write, 0.50)),
-            us(quantile(&write, 0.99)),
-            timeouts,
-            stray,
+            us(quantile(write, 0.50)),
+            us(quantile(write, 0.99)),
+            figures.timeouts,
+            figures.stray,
         );
         let not_held = line.samples.len() - n;
         if not_held > 0 {
@@ -719,20 +529,9 @@ fn summary(bench: &Bench, lines: &[Line], load_before: &str) -> String {
                 ""
             );
         }
-        let mut late: Vec<&Sample> = held
-            .iter()
-            .copied()
-            .filter(|s| s.latency() > LATE)
-            .collect();
-        late.sort_by_key(|s| s.latency());
         let mut queued: Vec<Duration> = held.iter().map(|s| s.queued).collect();
         queued.sort();
-        // Within 10%: both are read around the same window, not exactly it.
-        let covered = late
-            .iter()
-            .filter(|s| s.queued.as_secs_f64() >= 0.9 * s.latency().as_secs_f64())
-            .count();
-        let late_p50 = |f: fn(&Sample) -> Duration| {
+        let late_p50 = |f: fn(&Invalidation) -> Duration| {
             late.get(late.len() / 2)
                 .map_or_else(|| "-".to_owned(), |s| format!("{:.1}", us(f(s))))
         };
@@ -742,19 +541,12 @@ fn summary(bench: &Bench, lines: &[Line], load_before: &str) -> String {
             line.name,
             us(quantile(&queued, 0.50)),
             late.len(),
-            late_p50(Sample::latency),
+            late_p50(Invalidation::latency),
             late_p50(|s| s.queued),
-            format!("{covered}/{}", late.len()),
+            format!("{}/{}", figures.in_queue, late.len()),
         );
         if line.targeted {
-            let _ = writeln!(
-                verdicts,
-                "  {:<10} p99 {:>8.1} µs (n = {n}), target <= {:.0} µs: {}",
-                line.name,
-                us(p99),
-                us(TARGET_P99),
-                verdict(p99 <= TARGET_P99)
-            );
+            let _ = writeln!(verdicts, "  {}", figures.verdict(line.name, TARGET_P99));
         }
     }
     if !bench.durable {

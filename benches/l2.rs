@@ -105,7 +105,7 @@ use tokio::runtime::Runtime;
 #[allow(dead_code)]
 mod support;
 
-use support::{benchmarking, cpus, load_average, median, poll_once, publish, verdict};
+use support::{Rounds, TimedLine, benchmarking, cpus, load_average, poll_once, publish, verdict};
 
 /// Ids filled in L2 by node A, read by node B.
 const POOL: usize = 8_192;
@@ -185,9 +185,6 @@ struct Bench {
     /// Kept alive for the whole run; killed on drop.
     server: RedisServer,
 }
-
-/// A line: a name and its timed loop of `n` operations.
-type Line<'a> = (&'static str, Box<dyn Fn(u64) -> Duration + 'a>);
 
 #[allow(clippy::cast_possible_truncation)]
 fn at(i: u64) -> usize {
@@ -467,7 +464,7 @@ impl Bench {
     }
 
     /// The lines of the criterion group, in order.
-    fn lines(&self) -> Vec<Line<'_>> {
+    fn lines(&self) -> Vec<TimedLine<'_>> {
         vec![
             ("raw_get", Box::new(|n| self.raw_get(n))),
             ("fill_fresh", Box::new(|n| self.fill_fresh(n, true))),
@@ -479,7 +476,7 @@ impl Bench {
     }
 
     /// The components of the summary, beyond the lines.
-    fn components(&self) -> Vec<Line<'_>> {
+    fn components(&self) -> Vec<TimedLine<'_>> {
         vec![
             (
                 "raw_get_multiplexed",
@@ -509,15 +506,7 @@ async fn get_as_run(conn: &ConnectionManager, key: &str) -> Vec<u8> {
         .expect("the frame is there")
 }
 
-/// Whether a line stays in the process (and takes the bigger batch).
-fn in_process(name: &str) -> bool {
-    matches!(
-        name,
-        "flush" | "hit_polled" | "hit_awaited" | "hit_polled_pool" | "decode" | "put" | "put_flush"
-    )
-}
-
-fn criterion_group(c: &mut Criterion, lines: &[Line<'_>]) {
+fn criterion_group(c: &mut Criterion, lines: &[TimedLine<'_>]) {
     let mut group = c.benchmark_group("l2");
     group.throughput(Throughput::Elements(1));
     for (name, time) in lines {
@@ -526,70 +515,24 @@ fn criterion_group(c: &mut Criterion, lines: &[Line<'_>]) {
     group.finish();
 }
 
-/// µs per operation of every line in every round: `ROUNDS` rounds, the
-/// lines interleaved round-robin from a rotating start.
-struct Rounds {
-    names: Vec<&'static str>,
-    /// `[line][round]`.
-    us: Vec<Vec<f64>>,
-}
-
-impl Rounds {
-    fn run(lines: &[Line<'_>]) -> Rounds {
-        let mut us = vec![Vec::with_capacity(ROUNDS); lines.len()];
-        for round in 0..ROUNDS {
-            for k in 0..lines.len() {
-                let which = (round + k) % lines.len();
-                let (name, time) = &lines[which];
-                let n = if in_process(name) {
-                    CPU_BATCH
-                } else {
-                    NET_BATCH
-                };
-                #[allow(clippy::cast_precision_loss)]
-                us[which].push(time(n).as_secs_f64() * 1e6 / n as f64);
-            }
-        }
-        Rounds {
-            names: lines.iter().map(|(name, _)| *name).collect(),
-            us,
-        }
-    }
-
-    fn line(&self, name: &str) -> &[f64] {
-        let at = self.names.iter().position(|n| *n == name);
-        &self.us[at.unwrap_or_else(|| panic!("no line {name:?}"))]
-    }
-
-    fn median(&self, name: &str) -> f64 {
-        median(self.line(name))
-    }
-
-    fn min(&self, name: &str) -> f64 {
-        self.line(name)
-            .iter()
-            .copied()
-            .fold(f64::INFINITY, f64::min)
-    }
-
-    /// The median over rounds of `f`, given each line's time in one round:
-    /// ratios and differences of lines measured close together.
-    fn paired(&self, f: impl Fn(&dyn Fn(&str) -> f64) -> f64) -> f64 {
-        let per_round: Vec<f64> = (0..ROUNDS)
-            .map(|round| f(&|name: &str| self.line(name)[round]))
-            .collect();
-        median(&per_round)
+/// Operations per round of line `name` in the summary pass: the bigger
+/// batch for a line that stays in the process.
+fn batch(name: &str) -> u64 {
+    match name {
+        "flush" | "hit_polled" | "hit_awaited" | "hit_polled_pool" | "decode" | "put"
+        | "put_flush" => CPU_BATCH,
+        _ => NET_BATCH,
     }
 }
 
 fn summary(bench: &Bench) -> String {
     let load_before = load_average();
-    let lines: Vec<Line<'_>> = bench
+    let lines: Vec<TimedLine<'_>> = bench
         .lines()
         .into_iter()
         .chain(bench.components())
         .collect();
-    let rounds = Rounds::run(&lines);
+    let rounds = Rounds::run(&lines, ROUNDS, batch);
 
     let mut out = String::new();
     let cpus = cpus();
@@ -611,7 +554,7 @@ fn summary(bench: &Bench) -> String {
         "{:<22} {:>12} {:>12}",
         "line", "µs/op median", "µs/op min"
     );
-    for name in &rounds.names {
+    for name in rounds.names() {
         let _ = writeln!(
             out,
             "{name:<22} {:>12.4} {:>12.4}",
@@ -729,7 +672,7 @@ fn profile_one(bench: &Bench, spec: &str) {
         Some((name, ops)) => (name, ops.parse().expect("OPS is a number")),
         None => (spec, 100_000),
     };
-    let lines: Vec<Line<'_>> = bench
+    let lines: Vec<TimedLine<'_>> = bench
         .lines()
         .into_iter()
         .chain(bench.components())
