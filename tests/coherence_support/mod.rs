@@ -39,14 +39,11 @@ pub trait Entity: Cached + Clone + Debug + PartialEq {
 /// Declares an [`Entity`]: a table of `$coherence` (a 10-minute TTL)
 /// whose value is a revision. Each test binary declares the tables it needs
 /// beyond the two below.
+// rustfmt re-indents an attribute of a macro's body at every run.
+#[rustfmt::skip]
 macro_rules! entity {
     ($entity:ident, $kind:literal, $coherence:literal, $table:literal) => {
-        #[echo_cache::near_cache(
-                                                                    kind = $kind,
-                                                                    ttl_ms = 600_000,
-                                                                    coherence = $coherence,
-                                                                    name = $table
-                                                                )]
+        #[echo_cache::near_cache(kind = $kind, ttl_ms = 600_000, coherence = $coherence, name = $table)]
         #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
         pub struct $entity {
             pub revision: u64,
