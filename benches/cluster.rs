@@ -93,12 +93,12 @@
 //!    poll (1,000 = all) and the polls at which either node's table was not
 //!    `Serving`; then a line on whether L1 was kept (every row held at
 //!    every poll, no loader call) or what it lost and how it refilled.
-//!    A reshard among the masters a node knows only re-routes its links
-//!    (the crate docs' Cluster section): no flush, no bypass, so a
-//!    `broadcast` table keeps L1 (hit rate about 100% in every phase). A
-//!    durable lane starts afresh when its stream's owner changes: a flush,
-//!    then the table bypasses L1 until the lane reads on the new owner (the
-//!    `not Serving` polls), and refills from L2. A `tracking` table is not
+//!    A reshard among the masters a node knows only re-routes its
+//!    tracking connections (the crate docs' Cluster section). A
+//!    `broadcast` table's sharded subscription is ended by the server when
+//!    its slot moves, and a durable lane starts afresh when its stream's
+//!    owner changes: both flush, bypass L1 until they are back on the new
+//!    owner (the `not Serving` polls), and refill from L2. A `tracking` table is not
 //!    flushed, but moving its keys is a write on both masters (`MIGRATE`
 //!    deletes each key on the old owner, `RESTORE` writes it on the new
 //!    one), which the servers report to every tracking client: each node
@@ -1231,8 +1231,9 @@ fn reshard_summary(cluster: &Arc<RedisCluster>, rt: &Runtime, settings: &Setting
     let _ = writeln!(
         out,
         "\n   how to read it: a reshard among the masters a node knows only re-routes its \
-         links (no flush, no bypass); a durable lane starts afresh (flush, then bypass until it \
-         reads the stream on the new owner: the `not Serving` polls). For tracking, moving the \
+         tracking connections (no flush, no bypass); a broadcast table's sharded subscription \
+         ends when its slot moves and a durable lane starts afresh: both flush, then bypass \
+         until they are back on the new owner (the `not Serving` polls). For tracking, moving the \
          keys is itself a write: MIGRATE deletes each key on the old owner and RESTORE writes it \
          on the new one, and each master reports its writes to every tracking client (BCAST), \
          so each node applies up to 2 invalidations per key of the slot (`inval`) and refills \
