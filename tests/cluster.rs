@@ -193,33 +193,45 @@ async fn one_master_down_the_others_keep_serving_l2() {
     );
 }
 
-/// A live reshard of a table's slot under the stale-read checker's load:
-/// no caller error, no read staler than `D`.
-async fn reshard_under_load<T: Entity>() {
-    let cluster = Arc::new(RedisCluster::start(3, 0));
+/// The stale-read checker of `T` on two nodes of a 3-master cluster (with
+/// `replicas` each), `disturb`ing, `after` its start, the cluster on a
+/// blocking thread with the slot of `T` (the outage it caused, if any).
+async fn under_load<T: Entity>(
+    replicas: usize,
+    run_for: Duration,
+    after: Duration,
+    disturb: impl FnOnce(&RedisCluster, u16) -> Option<checker::Outage> + Send + 'static,
+) {
+    let cluster = Arc::new(RedisCluster::start(3, replicas));
     let sor = Sor::default();
     let nodes = [node(&cluster, &sor), node(&cluster, &sor)];
     ready(&nodes).await;
-    let reshard = {
-        let cluster = Arc::clone(&cluster);
-        async move {
-            tokio::time::sleep(RUN_FOR / 3).await;
-            let slot = slot_of::<T>();
-            let owner = cluster.node_of_slot(slot).id().to_owned();
-            let moved = tokio::task::spawn_blocking(move || {
-                let to = *cluster
-                    .masters()
-                    .iter()
-                    .find(|m| m.id() != owner)
-                    .expect("another master");
-                cluster.migrate_slot(slot, to);
-                cluster.node_of_slot(slot).id() != owner
-            });
-            assert!(moved.await.expect("the reshard"), "the slot moved");
-            None
-        }
+    // The cluster outlives the checker: the disturbance holds a clone.
+    let disturbed = Arc::clone(&cluster);
+    let disturbance = async move {
+        tokio::time::sleep(after).await;
+        let done = tokio::task::spawn_blocking(move || disturb(&disturbed, slot_of::<T>()));
+        done.await.expect("the disturbance")
     };
-    checker::run::<T>(&nodes, &sor, RUN_FOR, D, reshard).await;
+    checker::run::<T>(&nodes, &sor, run_for, D, disturbance).await;
+    drop(cluster);
+}
+
+/// A live reshard of a table's slot under the stale-read checker's load:
+/// no caller error, no read staler than `D`.
+async fn reshard_under_load<T: Entity>() {
+    under_load::<T>(0, RUN_FOR, RUN_FOR / 3, |cluster, slot| {
+        let owner = cluster.node_of_slot(slot).id().to_owned();
+        let to = *cluster
+            .masters()
+            .iter()
+            .find(|m| m.id() != owner)
+            .expect("another master");
+        cluster.migrate_slot(slot, to);
+        assert_ne!(cluster.node_of_slot(slot).id(), owner, "the slot moved");
+        None
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -241,34 +253,18 @@ async fn a_live_reshard_under_load_durable() {
 /// replica) under the checker's load: no caller error, no read staler
 /// than `D`.
 async fn failover_under_load<T: Entity>() {
-    let cluster = Arc::new(RedisCluster::start(3, 1));
-    let sor = Sor::default();
-    let nodes = [node(&cluster, &sor), node(&cluster, &sor)];
-    ready(&nodes).await;
-    let failover = {
-        let cluster = Arc::clone(&cluster);
-        async move {
-            tokio::time::sleep(RUN_FOR / 3).await;
-            let slot = slot_of::<T>();
-            let owner = cluster.node_of_slot(slot).id().to_owned();
-            let promoted = tokio::task::spawn_blocking(move || {
-                let master = *cluster
-                    .masters()
-                    .iter()
-                    .find(|m| m.id() == owner)
-                    .expect("the owner is a master");
-                let replica = cluster.replicas_of(master)[0];
-                cluster.failover(replica);
-                cluster.node_of_slot(slot).id() != owner
-            });
-            assert!(
-                promoted.await.expect("the failover"),
-                "the replica took over"
-            );
-            None
-        }
-    };
-    checker::run::<T>(&nodes, &sor, RUN_FOR, D, failover).await;
+    under_load::<T>(1, RUN_FOR, RUN_FOR / 3, |cluster, slot| {
+        let master = cluster.node_of_slot(slot);
+        let owner = master.id().to_owned();
+        cluster.failover(cluster.replicas_of(master)[0]);
+        assert_ne!(
+            cluster.node_of_slot(slot).id(),
+            owner,
+            "the replica took over"
+        );
+        None
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -361,33 +357,24 @@ const RECOVERY: Duration = Duration::from_millis(1_500);
 /// outage, which every node reads within [`RECOVERY`] after it ended (a
 /// durable append that failed was not acknowledged).
 async fn master_killed_under_load<T: Entity>() {
-    let cluster = Arc::new(RedisCluster::start(3, 1));
-    let sor = Sor::default();
-    let nodes = [node(&cluster, &sor), node(&cluster, &sor)];
-    ready(&nodes).await;
-    let kill = {
-        let cluster = Arc::clone(&cluster);
-        async move {
-            tokio::time::sleep(Duration::from_millis(500)).await;
-            let began = std::time::Instant::now();
-            let promoted = tokio::task::spawn_blocking(move || {
-                let master = cluster.node_of_slot(slot_of::<T>());
-                let owner = master.id().to_owned();
-                master.kill();
-                cluster.wait_for_failover(master).id() != owner
-            });
-            assert!(
-                promoted.await.expect("the failover"),
-                "the replica took over"
-            );
-            Some(checker::Outage {
-                began,
-                ended: std::time::Instant::now(),
-                recovery: RECOVERY,
-            })
-        }
-    };
-    checker::run::<T>(&nodes, &sor, Duration::from_secs(6), D, kill).await;
+    let run_for = Duration::from_secs(6);
+    under_load::<T>(1, run_for, Duration::from_millis(500), |cluster, slot| {
+        let began = std::time::Instant::now();
+        let master = cluster.node_of_slot(slot);
+        let owner = master.id().to_owned();
+        master.kill();
+        assert_ne!(
+            cluster.wait_for_failover(master).id(),
+            owner,
+            "the replica took over"
+        );
+        Some(checker::Outage {
+            began,
+            ended: std::time::Instant::now(),
+            recovery: RECOVERY,
+        })
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
