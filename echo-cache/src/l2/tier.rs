@@ -111,11 +111,7 @@ impl<T: Cached> Tier<T> {
     /// Tracking tables go through the coherence link, so that the server does
     /// not push their own writes back to them (`NOLOOP`).
     fn lane(&self, key: &[u8]) -> Lane {
-        if self.spec.coherence() == Coherence::Tracking {
-            Lane::Linked(self.slot_of(key))
-        } else {
-            Lane::Managed
-        }
+        self.lane_of(self.slot_of(key))
     }
 
     /// The cluster slot of `key`, one of this table's.
