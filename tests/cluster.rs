@@ -31,17 +31,9 @@ fn node(cluster: &RedisCluster, sor: &Sor) -> Cache {
         .l2_timeout(Duration::from_millis(500))
         .fetch_timeout(Some(coherence_support::BOUND))
         .coherence_ping_every(coherence_support::PING_EVERY);
-    let builder = coherence_support::with_loaders(builder, sor);
-    let (durable, plain) = (sor.clone(), sor.clone());
-    builder
-        .loader(move |id: Id<Durable>| {
-            let revision = durable.get(id.raw());
-            async move { Ok::<_, Infallible>(Some(Durable { revision })) }
-        })
-        .loader(move |id: Id<Plain>| {
-            let revision = plain.get(id.raw());
-            async move { Ok::<_, Infallible>(Some(Plain { revision })) }
-        })
+    coherence_support::with_loaders(builder, sor)
+        .loader(coherence_support::reads::<Durable>(sor))
+        .loader(coherence_support::reads::<Plain>(sor))
         .build()
         .expect("cache builds")
 }

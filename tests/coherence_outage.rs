@@ -7,14 +7,13 @@
 mod coherence_support;
 
 use std::collections::HashMap;
-use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use coherence_support::{
     Broadcast, Entity, Sor, Tracked, bounded, builder, entity, eventually, linked, with_loaders,
 };
-use echo_cache::{Builder, Cache, Id, RawId};
+use echo_cache::{Cache, Id, RawId};
 use echo_cache_testkit::RedisServer;
 
 // A `none` table: nothing carries its writes to other nodes' L1, but its
@@ -26,13 +25,8 @@ const L2_TIMEOUT: Duration = Duration::from_millis(100);
 
 /// A node whose loaders read `sor`, with a short L2 timeout.
 fn node(server: &RedisServer, sor: &Sor) -> Cache {
-    let plain = sor.clone();
-    let builder: Builder = with_loaders(builder(server).l2_timeout(L2_TIMEOUT), sor);
-    builder
-        .loader(move |id: Id<Plain>| {
-            let revision = plain.get(id.raw());
-            async move { Ok::<_, Infallible>(Some(Plain { revision })) }
-        })
+    with_loaders(builder(server).l2_timeout(L2_TIMEOUT), sor)
+        .loader(coherence_support::reads::<Plain>(sor))
         .build()
         .expect("cache builds")
 }

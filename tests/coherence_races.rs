@@ -37,12 +37,8 @@ const D: Duration = Duration::from_millis(100);
 
 /// A node whose loaders, the durable table's included, read `sor`.
 fn checker_node(server: &RedisServer, sor: &Sor) -> Cache {
-    let durable = sor.clone();
     with_loaders(builder(server), sor)
-        .loader(move |id: Id<Durable>| {
-            let revision = durable.get(id.raw());
-            async move { Ok::<_, Infallible>(Some(Durable { revision })) }
-        })
+        .loader(coherence_support::reads::<Durable>(sor))
         .build()
         .expect("cache builds")
 }

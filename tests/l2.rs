@@ -9,6 +9,7 @@ use std::time::Duration;
 use echo_cache::{Cache, Cached, Id, RawId, Source, keyspace, near_cache};
 use echo_cache_testkit::RedisServer;
 use redis::AsyncCommands;
+use redis::aio::MultiplexedConnection;
 
 #[near_cache(kind = "GAM", ttl_ms = 60_000, jitter = 0.1, name = "l2_games")]
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -93,13 +94,20 @@ async fn the_frame_is_a_version_then_the_payload_with_a_jittered_pttl() {
 /// refills from the loader, counts a decode error and writes a good frame.
 async fn refills_over(corrupt: impl FnOnce(Vec<u8>) -> Vec<u8>) {
     let server = RedisServer::start();
-    let (writer, _) = node(&server);
+    let (id, frame, mut raw) = filled(&server).await;
+    let _: () = raw.set(key(id), corrupt(frame.clone())).await.unwrap();
+    refills(&server, id, &frame).await;
+}
+
+/// A fresh id filled into L2 by a node: the id, its frame, and a raw
+/// connection to the server.
+async fn filled(server: &RedisServer) -> (Id<Game>, Vec<u8>, MultiplexedConnection) {
+    let (writer, _) = node(server);
     let id = Id::<Game>::mint();
     writer.fetch(id).await.unwrap();
     let mut raw = server.connection().await;
     let frame: Vec<u8> = raw.get(key(id)).await.unwrap();
-    let _: () = raw.set(key(id), corrupt(frame.clone())).await.unwrap();
-    refills(&server, id, &frame).await;
+    (id, frame, raw)
 }
 
 /// A fresh node's fetch of `id` refills from the loader, counts a decode
@@ -156,11 +164,7 @@ async fn a_frame_of_another_schema_is_refilled() {
 #[tokio::test]
 async fn a_key_of_another_type_is_refilled_over() {
     let server = RedisServer::start();
-    let (writer, _) = node(&server);
-    let id = Id::<Game>::mint();
-    writer.fetch(id).await.unwrap();
-    let mut raw = server.connection().await;
-    let frame: Vec<u8> = raw.get(key(id)).await.unwrap();
+    let (id, frame, mut raw) = filled(&server).await;
     // Someone else's list at the key.
     let _: () = raw.del(key(id)).await.unwrap();
     let _: () = raw.rpush(key(id), "not a frame").await.unwrap();

@@ -115,16 +115,17 @@ pub fn node(server: &RedisServer, sor: &Sor) -> Cache {
 
 /// `builder` with loaders of both tables that read `sor`.
 pub fn with_loaders(builder: Builder, sor: &Sor) -> Builder {
-    let (tracked, broadcast) = (sor.clone(), sor.clone());
     builder
-        .loader(move |id: Id<Tracked>| {
-            let revision = tracked.get(id.raw());
-            async move { Ok::<_, Infallible>(Some(Tracked { revision })) }
-        })
-        .loader(move |id: Id<Broadcast>| {
-            let revision = broadcast.get(id.raw());
-            async move { Ok::<_, Infallible>(Some(Broadcast { revision })) }
-        })
+        .loader(reads::<Tracked>(sor))
+        .loader(reads::<Broadcast>(sor))
+}
+
+/// A loader of `T` that reads the revision in `sor` when it is called.
+pub fn reads<T: Entity>(
+    sor: &Sor,
+) -> impl Fn(Id<T>) -> std::future::Ready<Result<Option<T>, Infallible>> + Send + Sync + 'static {
+    let sor = sor.clone();
+    move |id| std::future::ready(Ok(Some(T::at(sor.get(id.raw())))))
 }
 
 pub fn health<T: Cached>(cache: &Cache) -> Health {
