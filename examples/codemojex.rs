@@ -1,158 +1,154 @@
-//! codemojex: a guessing game whose scorer reads a game, its emoji set and
-//! the player's session on every guess — the hottest reads of the service,
-//! near-cached.
+//! codemojex: the seed's workshop, four moves over SQLite, narrated.
 //!
-//! - games and emoji sets never change once created: coherence `none`;
-//! - sessions can be revoked, and a revoked session must stop
-//!   authenticating on every node at once: coherence `tracking`.
+//! ```sh
+//! cargo run --example codemojex                    # L1 only
+//! cargo run --example codemojex -- --own-server    # two nodes over a server it starts and, in move 4, stops
+//! ECHO_CACHE_L2=redis://127.0.0.1:6379 cargo run --example codemojex
+//! cargo run --example codemojex -- --own-server --serve --tasks 8 --seconds 10 --metrics 127.0.0.1:9898
+//! ```
 //!
-//! `cargo run --example codemojex` runs it L1-only. With a server,
-//! `ECHO_CACHE_L2=redis://127.0.0.1:6379 cargo run --example codemojex`
-//! runs two nodes over it and revokes a session from one of them.
+//! Flags: `--db PATH` (SQLite file; default in the temp dir), `--l2 URL`
+//! (or `ECHO_CACHE_L2`), `--own-server`, `--serve`, `--tasks N`,
+//! `--seconds S`, `--metrics ADDR` (a Prometheus endpoint). `RUST_LOG`
+//! filters the log (default `warn`).
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::process::ExitCode;
 use std::time::Duration;
 
-use echo_cache::{Cache, Id, near_cache};
+use codemojex::serve::{self, Load};
+use codemojex::server::OwnServer;
+use codemojex::{Workshop, moves::Failure};
 
-#[near_cache(kind = "GAM", ttl_ms = 600_000, coherence = "none", name = "cm_games")]
-#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
-pub struct Game {
-    pub secret: Vec<char>,
-    pub emoji_set: Id<EmojiSet>,
+#[derive(Debug)]
+struct Args {
+    db: std::path::PathBuf,
+    l2: Option<String>,
+    own_server: bool,
+    serve: bool,
+    tasks: usize,
+    seconds: u64,
+    metrics: Option<std::net::SocketAddr>,
 }
 
-#[near_cache(
-    kind = "EMS",
-    ttl_ms = 3_600_000,
-    coherence = "none",
-    name = "cm_emojisets"
-)]
-#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
-pub struct EmojiSet {
-    pub emojis: Vec<char>,
-}
-
-#[near_cache(
-    kind = "SES",
-    ttl_ms = 86_400_000,
-    coherence = "tracking",
-    name = "cm_sessions"
-)]
-#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
-pub struct Session {
-    pub player: String,
-    pub revoked: bool,
-}
-
-/// Stands in for Postgres: the system of record.
-#[derive(Clone, Default)]
-struct Store {
-    sessions: Arc<Mutex<HashMap<Id<Session>, Session>>>,
-}
-
-impl Store {
-    fn node(&self, l2: Option<&str>) -> Result<Cache, echo_cache::Error> {
-        let sessions = self.clone();
-        let mut builder = Cache::builder()
-            .loader(|_: Id<Game>| async move {
-                Ok::<_, std::io::Error>(Some(Game {
-                    secret: "🍋🍇🍉🍓".chars().collect(),
-                    // Every game of this demo uses the one classic set.
-                    emoji_set: Id::from_payload(1),
-                }))
-            })
-            .loader(|_: Id<EmojiSet>| async move {
-                Ok::<_, std::io::Error>(Some(EmojiSet {
-                    emojis: "🍋🍇🍉🍓🍒🍑".chars().collect(),
-                }))
-            })
-            .loader(move |id: Id<Session>| {
-                let session = sessions.sessions.lock().unwrap().get(&id).cloned();
-                async move { Ok::<_, std::io::Error>(session) }
-            });
-        if let Some(url) = l2 {
-            builder = builder.l2(url);
+fn args() -> Result<Args, String> {
+    let mut args = Args {
+        db: std::env::temp_dir().join("codemojex.sqlite3"),
+        l2: std::env::var("ECHO_CACHE_L2")
+            .ok()
+            .filter(|url| !url.is_empty()),
+        own_server: false,
+        serve: false,
+        tasks: 8,
+        seconds: 10,
+        metrics: None,
+    };
+    let mut given = std::env::args().skip(1);
+    while let Some(flag) = given.next() {
+        let mut value = || given.next().ok_or(format!("{flag} needs a value"));
+        match flag.as_str() {
+            "--db" => args.db = value()?.into(),
+            "--l2" => args.l2 = Some(value()?),
+            "--own-server" => args.own_server = true,
+            "--serve" => args.serve = true,
+            "--tasks" => args.tasks = value()?.parse().map_err(|e| format!("--tasks: {e}"))?,
+            "--seconds" => {
+                args.seconds = value()?.parse().map_err(|e| format!("--seconds: {e}"))?
+            }
+            "--metrics" => {
+                args.metrics = Some(value()?.parse().map_err(|e| format!("--metrics: {e}"))?)
+            }
+            other => {
+                return Err(format!(
+                    "unknown flag {other} (see the top of examples/codemojex.rs)"
+                ));
+            }
         }
-        builder.build()
     }
-}
-
-/// Scores one guess: three cached reads, then pure computation.
-async fn score(cache: &Cache, game: Id<Game>, session: Id<Session>, guess: &str) -> Option<usize> {
-    let session = cache.fetch(session).await.ok()?;
-    if session.revoked {
-        return None;
+    if args.own_server && args.l2.is_some() {
+        return Err("--own-server and --l2/ECHO_CACHE_L2 exclude each other".into());
     }
-    let game = cache.fetch(game).await.ok()?;
-    let emojis = cache.fetch(game.emoji_set).await.ok()?;
-    let exact = guess
-        .chars()
-        .zip(&game.secret)
-        .filter(|(g, s)| g == *s)
-        .count();
-    Some(exact * 10 + guess.chars().filter(|g| emojis.emojis.contains(g)).count())
+    if args.tasks == 0 {
+        return Err("--tasks must be at least 1".into());
+    }
+    Ok(args)
 }
 
 #[tokio::main]
-async fn main() -> Result<(), echo_cache::Error> {
-    let l2 = std::env::var("ECHO_CACHE_L2").ok();
-    let store = Store::default();
-    let (a, b) = (store.node(l2.as_deref())?, store.node(l2.as_deref())?);
-
-    let game = Id::<Game>::mint();
-    let session = Id::<Session>::mint();
-    let player = Session {
-        player: "ada".into(),
-        revoked: false,
-    };
-    store
-        .sessions
-        .lock()
-        .unwrap()
-        .insert(session, player.clone());
-
-    for guess in ["🍒🍒🍒🍒", "🍋🍇🍒🍒", "🍋🍇🍉🍓"] {
-        println!(
-            "node b scores {guess}: {:?}",
-            score(&b, game, session, guess).await
-        );
-    }
-    for table in b.tables() {
-        let stats = table.stats;
-        println!(
-            "{:>14}: {} hits, {} fills",
-            table.spec.name(),
-            stats.hits,
-            stats.fills
-        );
-    }
-
-    // Revoke the session on node a: the system of record first, then the cache.
-    let revoked = Session {
-        revoked: true,
-        ..player
-    };
-    store
-        .sessions
-        .lock()
-        .unwrap()
-        .insert(session, revoked.clone());
-    a.put(session, revoked).await?;
-    if l2.is_none() {
-        // Without L2 the nodes share nothing: tell b directly.
-        b.invalidate(session).await?;
-    }
-    // With L2, node b hears of it from the server (tracking) within
-    // milliseconds; give it up to a second.
-    for _ in 0..100 {
-        if score(&b, game, session, "🍋🍇🍉🍓").await.is_none() {
-            println!("after revoking, node b refuses the session");
-            return Ok(());
+async fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        )
+        .init();
+    let args = match args() {
+        Ok(args) => args,
+        Err(problem) => {
+            eprintln!("codemojex: {problem}");
+            return ExitCode::from(2);
         }
-        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    match run(args).await {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(err) => {
+            eprintln!("codemojex: {err}");
+            ExitCode::FAILURE
+        }
     }
-    println!("node b still accepts the revoked session!");
-    Ok(())
+}
+
+/// Runs what the flags ask; `false` when a check failed.
+async fn run(mut args: Args) -> Result<bool, Failure> {
+    let server = if args.own_server {
+        Some(OwnServer::start()?)
+    } else {
+        None
+    };
+    if let Some(server) = &server {
+        args.l2 = Some(server.url());
+    }
+    if let Some(addr) = args.metrics {
+        let addr = codemojex::metrics::serve(addr).await?;
+        println!("metrics: http://{addr}/metrics");
+    }
+    if args.serve {
+        let store = codemojex::open_store(&args.db)?;
+        let (a, b) = codemojex::nodes(&store, args.l2.as_deref()).await?;
+        let load = Load {
+            tasks: args.tasks,
+            duration: Duration::from_secs(args.seconds),
+            revocations_per_second: 20,
+        };
+        println!(
+            "serving: {} scorers on two nodes for {} s",
+            load.tasks, args.seconds
+        );
+        let summary = serve::serve(&[a, b], &store, load).await?;
+        println!("{summary:?}");
+        return Ok(true);
+    }
+    let report = codemojex::run(Workshop {
+        l2: args.l2.clone(),
+        stop_server: server
+            .map(|server| Box::new(move || server.stop()) as Box<dyn FnOnce() + Send>),
+        ..Workshop::new(&args.db)
+    })
+    .await?;
+    let revoked = report.revocation.refused_after.is_some() || args.l2.is_none();
+    let outage = report
+        .revocation
+        .outage
+        .as_ref()
+        .is_none_or(|outage| outage.refused_after.is_some());
+    println!(
+        "\nfallbacks to the store: {}; the revocation check {}.",
+        report.fallbacks,
+        if revoked && outage {
+            "passed"
+        } else {
+            "FAILED"
+        }
+    );
+    Ok(revoked && outage)
 }

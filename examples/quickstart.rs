@@ -10,6 +10,7 @@ use echo_cache::{Cache, Id, near_cache};
 #[near_cache(kind = "GAM", ttl_ms = 600_000, coherence = "none", max_size = 50_000)]
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct Game {
+    /// The secret.
     pub secret: String,
 }
 

@@ -20,7 +20,7 @@
 fn ui() {
     let t = trybuild::TestCases::new();
     for topic in ["attr", "value", "item", "fetch"] {
-        t.compile_fail(format!("tests/ui/{topic}/*.rs"));
+        t.compile_fail(format!("ui/{topic}/*.rs"));
     }
-    t.pass("tests/ui/pass/*.rs");
+    t.pass("ui/pass/*.rs");
 }
