@@ -27,6 +27,10 @@
 //! # }
 //! ```
 //!
+//! New here? The [guide] walks the codemojex workshop
+//! (`cargo run --example codemojex`) in four moves: declare, hit, survive,
+//! invalidate.
+//!
 //! # The laws
 //!
 //! 1. **Declared, not discovered.** A cache exists because a type declared
@@ -291,6 +295,7 @@ mod error;
 mod fetch;
 mod fetched;
 mod flight;
+pub mod guide;
 mod id;
 pub mod keyspace;
 mod l1;
