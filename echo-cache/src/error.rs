@@ -10,6 +10,32 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 /// What can go wrong building a cache or fetching through it.
 ///
 /// Errors are `Clone`: every waiter of a failed flight receives the same one.
+///
+/// ```standalone_crate
+/// use echo_cache::{near_cache, Cache, Error, Id};
+///
+/// #[near_cache(kind = "SES", ttl_ms = 60_000)]
+/// #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+/// pub struct Session {
+///     pub player: String,
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Error> {
+/// let cache = Cache::builder()
+///     .loader(|_: Id<Session>| async { Ok::<Option<Session>, std::io::Error>(None) })
+///     .build()?;
+///
+/// match cache.fetch(Id::<Session>::mint()).await {
+///     Ok(session) => println!("welcome back, {}", session.player),
+///     // Not a failure: the system of record has no such session.
+///     Err(err) if err.is_not_found() => println!("please log in"),
+///     // The loader failed, timed out, crashed…: the cache could not answer.
+///     Err(err) => return Err(err),
+/// }
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub enum Error {

@@ -23,6 +23,39 @@ pub enum Source {
 ///
 /// Dereferences to the value; [`value`](Self::value) is the shared
 /// `Arc` itself.
+///
+/// ```standalone_crate
+/// use std::sync::Arc;
+/// use echo_cache::{near_cache, Cache, Cached, Id, Source};
+///
+/// #[near_cache(kind = "GAM", ttl_ms = 600_000)]
+/// #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+/// pub struct Game {
+///     pub secret: String,
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), echo_cache::Error> {
+/// let cache = Cache::builder()
+///     .loader(|_: Id<Game>| async { Ok::<_, std::io::Error>(Some(Game { secret: "🍎".into() })) })
+///     .build()?;
+/// let id = Id::<Game>::mint();
+///
+/// let first = cache.fetch(id).await?;
+/// assert_eq!(first.secret, "🍎"); // a `Fetched<Game>` derefs to the `Game`
+/// assert_eq!(first.source(), Source::Fill);
+/// assert_eq!(first.version().kind(), Game::KIND); // versions are ids of the table's kind
+///
+/// let again = cache.fetch(id).await?;
+/// assert_eq!(again.source(), Source::Hit);
+/// assert_eq!(again.version(), first.version());
+/// // A hit hands out the row's `Arc`: no copy of the value.
+/// assert!(Arc::ptr_eq(again.value(), first.value()));
+/// let game: Arc<Game> = again.into_value();
+/// # let _ = game;
+/// # Ok(())
+/// # }
+/// ```
 pub struct Fetched<T> {
     value: Arc<T>,
     source: Source,

@@ -21,6 +21,32 @@ pub enum Health {
 }
 
 /// One running table, as [`Cache::tables`](crate::Cache::tables) lists it.
+///
+/// A health check that reports each table:
+///
+/// ```standalone_crate
+/// use echo_cache::{near_cache, Cache, Health, Id};
+///
+/// #[near_cache(kind = "GAM", ttl_ms = 600_000)]
+/// #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+/// pub struct Game {}
+///
+/// # fn main() -> Result<(), echo_cache::Error> {
+/// let cache = Cache::builder()
+///     .loader(|_: Id<Game>| async { Ok::<_, std::io::Error>(Some(Game {})) })
+///     .build()?;
+/// for table in cache.tables() {
+///     let verdict = match table.health {
+///         Health::Serving => "ok",
+///         Health::Full => "full: raise max_size?",
+///         Health::L2Down | Health::Bypassing => "degraded: reads go to the loader",
+///         _ => "unknown",
+///     };
+///     println!("{}: {verdict}, {} rows, {} hits", table.spec.name(), table.stats.size, table.stats.hits);
+/// }
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct TableInfo {

@@ -10,6 +10,27 @@ use crate::directory::Declaration;
 use crate::id::Kind;
 
 /// How a table's rows are kept coherent across nodes.
+///
+/// Declared per table (`coherence = "..."`, `none` unless declared); see
+/// [Coherence](crate#coherence) in the crate docs for what each mode
+/// guarantees.
+///
+/// ```standalone_crate
+/// use echo_cache::{near_cache, Cached, Coherence};
+///
+/// /// Immutable once written: TTL alone.
+/// #[near_cache(kind = "GAM", ttl_ms = 600_000)]
+/// #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+/// pub struct Game {}
+///
+/// /// Revocable: every node must drop it when it changes.
+/// #[near_cache(kind = "SES", ttl_ms = 86_400_000, coherence = "tracking")]
+/// #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+/// pub struct Session {}
+///
+/// assert_eq!(Game::spec().coherence(), Coherence::None);
+/// assert_eq!(Session::spec().coherence().as_str(), "tracking");
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Coherence {
@@ -83,6 +104,19 @@ impl fmt::Display for Coherence {
 ///
 /// Written by `#[near_cache(...)]`, validated at compile time, listed by
 /// [`declared`](crate::declared) and by a cache's roster.
+///
+/// ```standalone_crate
+/// use echo_cache::{near_cache, Cached, TableSpec};
+///
+/// #[near_cache(kind = "GAM", name = "cm_games", ttl_ms = 600_000, max_size = 50_000)]
+/// #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+/// pub struct Game {}
+///
+/// let spec: &TableSpec = Game::spec();
+/// assert_eq!((spec.name(), spec.kind().as_str()), ("cm_games", "GAM"));
+/// assert_eq!((spec.ttl_ms(), spec.max_size()), (600_000, 50_000));
+/// assert_eq!(spec.jitter(), TableSpec::DEFAULT_JITTER); // not declared: the default
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct TableSpec {
     pub(crate) name: &'static str,

@@ -11,6 +11,39 @@ use crate::error::BoxError;
 /// [`Builder::codec`](crate::Builder::codec). A codec's [`name`](Codec::name)
 /// is folded into the schema stamp of each frame, so a frame written with
 /// one codec is never decoded with another: it is a miss that refills.
+///
+/// A codec that stores a table of short texts as plain UTF-8, readable
+/// with `redis-cli`:
+///
+/// ```standalone_crate
+/// use echo_cache::{near_cache, BoxError, Cache, Codec};
+///
+/// #[near_cache(kind = "MOT", ttl_ms = 60_000)]
+/// #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+/// pub struct Motto(pub String);
+///
+/// struct Utf8;
+///
+/// impl Codec<Motto> for Utf8 {
+///     fn name(&self) -> &'static str {
+///         "utf8-1"
+///     }
+///     fn encode(&self, value: &Motto) -> Result<Vec<u8>, BoxError> {
+///         Ok(value.0.as_bytes().to_vec())
+///     }
+///     fn decode(&self, bytes: &[u8]) -> Result<Motto, BoxError> {
+///         Ok(Motto(String::from_utf8(bytes.to_vec())?))
+///     }
+/// }
+///
+/// # fn main() -> Result<(), BoxError> {
+/// let motto = Motto("carpe diem".into());
+/// assert_eq!(Utf8.decode(&Utf8.encode(&motto)?)?.0, motto.0);
+/// let cache = Cache::builder().codec::<Motto>(Utf8).build()?;
+/// # let _ = cache;
+/// # Ok(())
+/// # }
+/// ```
 pub trait Codec<T>: Send + Sync + 'static {
     /// A short name of the format (and its version, if the format has one).
     fn name(&self) -> &'static str;
