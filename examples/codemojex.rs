@@ -12,6 +12,7 @@
 //! `--seconds S`, `--metrics ADDR` (a Prometheus endpoint). `RUST_LOG`
 //! filters the log (default `warn`).
 
+use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -77,6 +78,7 @@ fn args() -> Result<Args, String> {
 async fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
         )
