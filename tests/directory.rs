@@ -79,6 +79,26 @@ fn a_spec_says_what_was_declared() {
     assert_ne!(alpha.fingerprint(), beta.fingerprint());
 }
 
+#[test]
+fn spec_finds_a_declaration_by_its_table_name() {
+    assert!(std::ptr::eq(
+        echo_cache::spec("alpha").unwrap(),
+        Alpha::spec()
+    ));
+    assert!(std::ptr::eq(
+        echo_cache::spec("a_first").unwrap(),
+        Zebra::spec()
+    ));
+    assert!(std::ptr::eq(
+        echo_cache::spec("beta_game").unwrap(),
+        BetaGame::spec()
+    ));
+    // Table names, not type names.
+    assert!(echo_cache::spec("Alpha").is_none());
+    assert!(echo_cache::spec("alph").is_none());
+    assert!(echo_cache::spec("").is_none());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_roster_shows_each_tables_spec_counters_and_health() {
     let cache = Cache::builder()

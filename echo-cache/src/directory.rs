@@ -108,6 +108,25 @@ pub fn declared() -> &'static [&'static TableSpec] {
     })
 }
 
+/// The declared table named `name`, if the program declares one.
+///
+/// ```
+/// #[echo_cache::near_cache(kind = "GAM", ttl_ms = 60_000, name = "cm_games")]
+/// #[derive(serde::Serialize, serde::Deserialize)]
+/// struct Game { secret: String }
+///
+/// let games = echo_cache::spec("cm_games").expect("cm_games is declared");
+/// assert_eq!(games.kind().as_str(), "GAM");
+/// assert!(echo_cache::spec("nothing_here").is_none());
+/// ```
+#[must_use]
+pub fn spec(name: &str) -> Option<&'static TableSpec> {
+    let specs = declared();
+    // Sorted by name: the first of the names that are not less is the one.
+    let at = specs.partition_point(|spec| spec.name < name);
+    specs.get(at).copied().filter(|spec| spec.name == name)
+}
+
 /// Refuses two declarations that share a table name or a kind.
 ///
 /// # Errors

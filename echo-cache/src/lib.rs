@@ -309,7 +309,7 @@ mod table;
 
 pub use cache::{Builder, Cache};
 pub use clock::Clock;
-pub use directory::declared;
+pub use directory::{declared, spec};
 pub use error::{BoxError, Error};
 pub use fetch::Fetch;
 pub use fetched::{Fetched, Source};
