@@ -98,13 +98,8 @@ pub(crate) fn fetch(input: &DeriveInput) -> TokenStream {
             #[allow(dead_code)]
             #vis fn fetch(
                 cache: &__echo_private::Cache,
-                id: __echo_private::Id<Self>,
-            ) -> impl __echo_private::Future<
-                Output = ::core::result::Result<
-                    __echo_private::Fetched<Self>,
-                    __echo_private::Error,
-                >,
-            > + '_ {
+                id: impl __echo_private::IdOf<Self>,
+            ) -> __echo_private::Fetch<'_, Self> {
                 cache.fetch::<Self>(id)
             }
         }

@@ -21,7 +21,7 @@ use crate::connections::{Address, Server};
 use crate::directory::{self, DECLARATIONS, Declaration};
 use crate::error::{BoxError, Error};
 use crate::fetch::Fetch;
-use crate::id::{Id, RawId};
+use crate::id::{Id, IdOf, RawId};
 use crate::l1;
 use crate::l2::Codec;
 use crate::mint::Minter;
@@ -110,6 +110,8 @@ impl Cache {
 
     /// Reads the value of `id`: from L1 in the caller's thread if it is
     /// there, else through the one flight of `id` (L2, then the loader).
+    /// `id` is an [`Id<T>`] ([`IdOf`]): an id of another kind does not
+    /// compile.
     ///
     /// Waits at most the cache's fetch timeout (see
     /// [`Builder::fetch_timeout`]).
@@ -127,8 +129,8 @@ impl Cache {
     /// it failed, [`Error::FlightCrashed`] if it panicked,
     /// [`Error::Timeout`], [`Error::NoLoader`], [`Error::NoRuntime`].
     #[inline]
-    pub fn fetch<T: Cached>(&self, id: Id<T>) -> Fetch<'_, T> {
-        Fetch::new(self, id, self.fetch_timeout)
+    pub fn fetch<T: Cached>(&self, id: impl IdOf<T>) -> Fetch<'_, T> {
+        Fetch::new(self, id.__id(), self.fetch_timeout)
     }
 
     /// [`fetch`](Self::fetch) with its own timeout (`None`: wait as long as
@@ -137,8 +139,12 @@ impl Cache {
     /// # Errors
     ///
     /// As [`fetch`](Self::fetch).
-    pub fn fetch_within<T: Cached>(&self, id: Id<T>, timeout: Option<Duration>) -> Fetch<'_, T> {
-        Fetch::new(self, id, timeout)
+    pub fn fetch_within<T: Cached>(
+        &self,
+        id: impl IdOf<T>,
+        timeout: Option<Duration>,
+    ) -> Fetch<'_, T> {
+        Fetch::new(self, id.__id(), timeout)
     }
 
     /// Writes `value` as the value of `id` under a fresh version, through L2
@@ -153,8 +159,8 @@ impl Cache {
     ///
     /// [`Error::NotDelivered`] if the table is `durable` and the
     /// invalidation could not be recorded for the other nodes.
-    pub async fn put<T: Cached>(&self, id: Id<T>, value: T) -> Result<RawId, Error> {
-        self.table::<T>().put(id.payload(), value).await
+    pub async fn put<T: Cached>(&self, id: impl IdOf<T>, value: T) -> Result<RawId, Error> {
+        self.table::<T>().put(id.__id().payload(), value).await
     }
 
     /// Drops the value of `id` from this node's L1 (before it returns) and
@@ -168,7 +174,7 @@ impl Cache {
     ///
     /// [`Error::NotDelivered`] if the table is `durable` and the
     /// invalidation could not be recorded for the other nodes.
-    pub async fn invalidate<T: Cached>(&self, id: Id<T>) -> Result<RawId, Error> {
+    pub async fn invalidate<T: Cached>(&self, id: impl IdOf<T>) -> Result<RawId, Error> {
         let version = Minter::global().mint_raw(T::KIND);
         self.invalidate_at(id, version).await?;
         Ok(version)
@@ -183,8 +189,14 @@ impl Cache {
     /// # Errors
     ///
     /// As [`invalidate`](Self::invalidate).
-    pub async fn invalidate_at<T: Cached>(&self, id: Id<T>, version: RawId) -> Result<(), Error> {
-        self.table::<T>().invalidate(id.payload(), &version).await
+    pub async fn invalidate_at<T: Cached>(
+        &self,
+        id: impl IdOf<T>,
+        version: RawId,
+    ) -> Result<(), Error> {
+        self.table::<T>()
+            .invalidate(id.__id().payload(), &version)
+            .await
     }
 
     /// Drops every row of `T`'s table (in L1). Fills under way will not

@@ -403,6 +403,58 @@ impl<T: Cached> Id<T> {
     }
 }
 
+/// An id of a `T`: [`Id<T>`], and nothing else.
+///
+/// The bound of the id that [`Cache::fetch`](crate::Cache::fetch) and the
+/// cache's other typed operations take: an id of another kind does not
+/// compile, and the compiler says why and how to fix it rather than only
+/// "expected `Id<Game>`, found `Id<Player>`". Sealed: only `Id<T>`
+/// implements it.
+///
+/// The bound infers `T` from the id (`cache.fetch(id)` reads the table of
+/// `id`'s type) and the id's type from `T` (`cache.fetch::<Game>(Id::mint())`),
+/// but it cannot tell a `parse` what to produce: give the parsed id its
+/// type where it is made.
+///
+/// ```
+/// use echo_cache::{near_cache, Cache, Id};
+///
+/// #[near_cache(kind = "GAM", ttl_ms = 60_000)]
+/// #[derive(serde::Serialize, serde::Deserialize)]
+/// struct Game { secret: String }
+///
+/// async fn secret(cache: &Cache, text: &str) -> Result<String, Box<dyn std::error::Error>> {
+///     let id: Id<Game> = text.parse()?; // not `cache.fetch(text.parse()?)`
+///     Ok(cache.fetch(id).await?.secret.clone())
+/// }
+/// ```
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not an id of `{T}`",
+    label = "expected an `Id<{T}>`",
+    note = "an id reads only the table of its own kind: to read a `{T}`, pass an \
+            `Id<{T}>` (a field that refers to the `{T}`, say); to read what this id \
+            names, fetch the type it is an id of"
+)]
+pub trait IdOf<T>: sealed::Sealed {
+    /// The id.
+    #[doc(hidden)]
+    fn __id(self) -> Id<T>;
+}
+
+impl<T> IdOf<T> for Id<T> {
+    #[inline]
+    fn __id(self) -> Id<T> {
+        self
+    }
+}
+
+mod sealed {
+    /// Keeps [`IdOf`](super::IdOf) to `Id<T>`.
+    pub trait Sealed {}
+
+    impl<T> Sealed for super::Id<T> {}
+}
+
 impl<T> Clone for Id<T> {
     fn clone(&self) -> Self {
         *self

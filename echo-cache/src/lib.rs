@@ -313,7 +313,7 @@ pub use directory::{declared, spec};
 pub use error::{BoxError, Error};
 pub use fetch::Fetch;
 pub use fetched::{Fetched, Source};
-pub use id::{ID_LEN, Id, IdError, Kind, RawId, newer};
+pub use id::{ID_LEN, Id, IdError, IdOf, Kind, RawId, newer};
 pub use l2::{Codec, Postcard};
 pub use mint::{EPOCH_MS, MAX_NODE, Minter};
 pub use roster::{Health, TableInfo};
@@ -327,7 +327,6 @@ pub use echo_cache_derive::near_cache;
 #[doc(hidden)]
 pub mod __private {
     pub use crate::directory::{DECLARATIONS, Declaration, SpecParts};
-    pub use crate::{Cache, Cached, Coherence, Error, Fetched, Id, Kind, Placement, TableSpec};
-    pub use core::future::Future;
+    pub use crate::{Cache, Cached, Coherence, Error, Fetch, Id, IdOf, Kind, Placement, TableSpec};
     pub use linkme;
 }

@@ -103,7 +103,7 @@ pub enum Verdict {
 // A wrong-kind id does not compile: the id's type carries its kind.
 //
 //     let session: Id<Session> = …;
-//     Game::fetch(&cache, session); // error: an `Id<Session>` is not an id of `Game`
+//     Game::fetch(&cache, session); // error: `Id<Session>` is not an id of `Game`
 //
 // tests/ui/fetch/ keeps this true (the suite's UI tests).
 
