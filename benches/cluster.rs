@@ -175,7 +175,8 @@ const AFTER_SAMPLES: usize = 50;
     ttl_ms = 3_600_000,
     coherence = "none",
     max_size = 20_000,
-    name = "clu_profile"
+    name = "clu_profile",
+    loader = load_profile
 )]
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ClusterProfile {
@@ -195,6 +196,13 @@ pub struct ClusterProfile {
     pub badges: Vec<u16>,
     /// Creation time, ms since the epoch.
     pub created_ms: u64,
+}
+
+/// Part 1 counts its loads with a loader of its own, which overrides this.
+fn load_profile(
+    id: Id<ClusterProfile>,
+) -> std::future::Ready<Result<Option<ClusterProfile>, Infallible>> {
+    std::future::ready(Ok(Some(profile(id))))
 }
 
 fn profile(id: Id<ClusterProfile>) -> ClusterProfile {
@@ -221,7 +229,13 @@ trait Revised: Cached {
 macro_rules! revised {
     ($($(#[$doc:meta])* $name:ident: $kind:literal, $coherence:literal, $table:literal;)*) => {$(
         $(#[$doc])*
-        #[near_cache(kind = $kind, ttl_ms = 600_000, coherence = $coherence, name = $table)]
+        #[near_cache(
+            kind = $kind,
+            ttl_ms = 600_000,
+            coherence = $coherence,
+            name = $table,
+            loader = load_revised::<$name>
+        )]
         #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
         pub struct $name {
             /// A payload.
@@ -249,6 +263,12 @@ revised! {
     RshBroadcast: "RSB", "broadcast", "rsh_broadcast";
     /// Part 3, `durable`.
     RshDurable: "RSD", "durable", "rsh_durable";
+}
+
+/// The loader a table of parts 2 and 3 declares. Each part counts the
+/// loads of the tables it reads with [`with_loader`], which overrides it.
+fn load_revised<T: Revised>(id: Id<T>) -> std::future::Ready<Result<Option<T>, Infallible>> {
+    std::future::ready(Ok(Some(T::at(id.payload()))))
 }
 
 /// `builder` with a loader of `T` that counts its calls in `calls`.

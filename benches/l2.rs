@@ -225,9 +225,10 @@ impl Bench {
         let a = node(Arc::clone(&a_loads));
         let loads = Arc::new(AtomicUsize::new(0));
         let cache = node(Arc::clone(&loads));
-        let l1_only = runtime.block_on(async { Cache::builder().build().expect("builds") });
-        let near =
-            runtime.block_on(async { Cache::builder().l2(url.clone()).build().expect("builds") });
+        // Node C reads only what A filled, and `l1_only` only what is put.
+        let unloaded = || Cache::builder().without_loader::<Profile>();
+        let l1_only = runtime.block_on(async { unloaded().build().expect("builds") });
+        let near = runtime.block_on(async { unloaded().l2(url.clone()).build().expect("builds") });
 
         let ids: Arc<[Id<Profile>]> = (0..POOL).map(|_| Id::<Profile>::mint()).collect();
         let keys: Arc<[String]> = ids

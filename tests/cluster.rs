@@ -23,6 +23,14 @@ const D: Duration = Duration::from_millis(100);
 /// How long the readers of a stale-read checker read.
 const RUN_FOR: Duration = Duration::from_millis(2_500);
 
+/// `builder` with loaders of every table here that read `sor`.
+fn loaders(builder: Builder, sor: &Sor) -> Builder {
+    coherence_support::with_loaders(builder, sor)
+        .loader(coherence_support::reads::<Durable>(sor))
+        .loader(coherence_support::reads::<Plain>(sor))
+        .loader(coherence_support::reads::<Spread>(sor))
+}
+
 /// A node on `cluster` whose loaders read `sor`, with short L2 bounds (a
 /// dead master costs a fetch that much before the loader answers).
 fn node(cluster: &RedisCluster, sor: &Sor) -> Cache {
@@ -31,11 +39,7 @@ fn node(cluster: &RedisCluster, sor: &Sor) -> Cache {
         .l2_timeout(Duration::from_millis(500))
         .fetch_timeout(Some(coherence_support::BOUND))
         .coherence_ping_every(coherence_support::PING_EVERY);
-    coherence_support::with_loaders(builder, sor)
-        .loader(coherence_support::reads::<Durable>(sor))
-        .loader(coherence_support::reads::<Plain>(sor))
-        .build()
-        .expect("cache builds")
+    loaders(builder, sor).build().expect("cache builds")
 }
 
 async fn ready(nodes: &[Cache]) {
@@ -108,9 +112,11 @@ async fn a_herd_across_two_nodes_loads_once_per_node_at_most() {
     let gate = Arc::new(tokio::sync::watch::Sender::new(false));
     let counted = |calls: &Arc<std::sync::atomic::AtomicUsize>| {
         let (calls, gate) = (Arc::clone(calls), Arc::clone(&gate));
-        Cache::builder()
+        let builder = Cache::builder()
             .l2_cluster(cluster.urls())
-            .l2_timeout(Duration::from_secs(2))
+            .l2_timeout(Duration::from_secs(2));
+        // Only `Plain` is read: its counted loader replaces the one given.
+        loaders(builder, &Sor::default())
             .loader(move |id: Id<Plain>| {
                 let (calls, mut open) = (Arc::clone(&calls), gate.subscribe());
                 async move {
@@ -288,21 +294,24 @@ struct Spread {
     revision: u64,
 }
 
+impl Entity for Spread {
+    fn at(revision: u64) -> Spread {
+        Spread { revision }
+    }
+    fn revision(&self) -> u64 {
+        self.revision
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_spread_table_keys_its_ids_on_every_master_and_stays_coherent() {
     let cluster = RedisCluster::start(3, 0);
     let sor = Sor::default();
     let spread = |sor: &Sor| {
-        let sor = sor.clone();
-        Cache::builder()
+        let builder = Cache::builder()
             .l2_cluster(cluster.urls())
-            .coherence_ping_every(coherence_support::PING_EVERY)
-            .loader(move |id: Id<Spread>| {
-                let revision = sor.get(id.raw());
-                async move { Ok::<_, Infallible>(Some(Spread { revision })) }
-            })
-            .build()
-            .expect("cache builds")
+            .coherence_ping_every(coherence_support::PING_EVERY);
+        loaders(builder, sor).build().expect("cache builds")
     };
     let (a, b) = (spread(&sor), spread(&sor));
     ready(&[a.clone(), b.clone()]).await;

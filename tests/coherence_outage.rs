@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use coherence_support::{
     Broadcast, Entity, Sor, Tracked, bounded, builder, entity, eventually, linked, with_loaders,
 };
-use echo_cache::{Cache, Id, RawId};
+use echo_cache::{Builder, Cache, Id, RawId};
 use echo_cache_testkit::RedisServer;
 
 // A `none` table: nothing carries its writes to other nodes' L1, but its
@@ -23,10 +23,14 @@ entity!(Plain, "PLO", "none", "plain");
 /// How long one L2 operation may take here: an outage costs a write that.
 const L2_TIMEOUT: Duration = Duration::from_millis(100);
 
+/// `builder` with loaders of every table here that read `sor`.
+fn loaders(builder: Builder, sor: &Sor) -> Builder {
+    with_loaders(builder, sor).loader(coherence_support::reads::<Plain>(sor))
+}
+
 /// A node whose loaders read `sor`, with a short L2 timeout.
 fn node(server: &RedisServer, sor: &Sor) -> Cache {
-    with_loaders(builder(server).l2_timeout(L2_TIMEOUT), sor)
-        .loader(coherence_support::reads::<Plain>(sor))
+    loaders(builder(server).l2_timeout(L2_TIMEOUT), sor)
         .build()
         .expect("cache builds")
 }
@@ -263,7 +267,7 @@ async fn the_outage_soak_serves_no_write_older_than_the_recovery_bound() {
 async fn the_breaker_closes_as_soon_as_the_link_is_back() {
     let server = RedisServer::start();
     let sor = Sor::default();
-    let cache = with_loaders(
+    let cache = loaders(
         builder(&server)
             .l2_timeout(L2_TIMEOUT)
             .l2_probe_every(Duration::from_secs(60)),
@@ -309,7 +313,7 @@ async fn past_the_backlog_limit<T: Entity>() {
     let sor = Sor::default();
     let limited = |sor: &Sor| {
         let builder = builder(&server).l2_timeout(L2_TIMEOUT).backlog_limit(4);
-        with_loaders(builder, sor).build().expect("cache builds")
+        loaders(builder, sor).build().expect("cache builds")
     };
     let (a, b) = (limited(&sor), limited(&sor));
     linked(&a).await;

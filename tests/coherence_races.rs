@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use coherence_support::{
     Broadcast, Entity, Row, Sor, Tracked, bounded, builder, checker, entity, eventually, health,
-    l2_row, linked, node, with_loaders,
+    l2_row, linked, with_loaders,
 };
 use echo_cache::{Cache, Health, Id, RawId, Source};
 use echo_cache_testkit::RedisServer;
@@ -35,10 +35,11 @@ entity!(Plain, "PLN", "none", "plain");
 /// task unscheduled for a while, does not fail the checker.
 const D: Duration = Duration::from_millis(100);
 
-/// A node whose loaders, the durable table's included, read `sor`.
-fn checker_node(server: &RedisServer, sor: &Sor) -> Cache {
+/// A node whose loaders, the durable and plain tables' included, read `sor`.
+fn node(server: &RedisServer, sor: &Sor) -> Cache {
     with_loaders(builder(server), sor)
         .loader(coherence_support::reads::<Durable>(sor))
+        .loader(coherence_support::reads::<Plain>(sor))
         .build()
         .expect("cache builds")
 }
@@ -60,7 +61,7 @@ const RUN_FOR: Duration = Duration::from_millis(2_500);
 async fn stale_read_checker<T: Entity>() {
     let server = RedisServer::start();
     let sor = Sor::default();
-    let nodes = [checker_node(&server, &sor), checker_node(&server, &sor)];
+    let nodes = [node(&server, &sor), node(&server, &sor)];
     for node in &nodes {
         lanes_up(node).await;
     }

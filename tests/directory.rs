@@ -14,6 +14,7 @@ struct Zebra {
 #[near_cache(
     kind = "ALP",
     ttl_ms = 60_000,
+    loader = load_alpha,
     coherence = "broadcast",
     jitter = 0.2,
     max_size = 10,
@@ -24,6 +25,10 @@ struct Zebra {
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
 struct Alpha {
     letter: char,
+}
+
+async fn load_alpha(_: Id<Alpha>) -> Result<Option<Alpha>, std::io::Error> {
+    Ok(Some(Alpha { letter: 'a' }))
 }
 
 /// Every optional key left to its default; the table name is derived.
@@ -101,9 +106,10 @@ fn spec_finds_a_declaration_by_its_table_name() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_roster_shows_each_tables_spec_counters_and_health() {
+    // Alpha declares its loader; beta_game has none.
     let cache = Cache::builder()
         .loader(|_: Id<Zebra>| async { Ok::<_, std::io::Error>(Some(Zebra { stripes: 3 })) })
-        .loader(|_: Id<Alpha>| async { Ok::<_, std::io::Error>(Some(Alpha { letter: 'a' })) })
+        .without_loader::<BetaGame>()
         .build()
         .expect("names and kinds are unique");
 
@@ -155,9 +161,11 @@ async fn the_roster_shows_each_tables_spec_counters_and_health() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn caches_are_independent() {
-    let loader = |_: Id<Alpha>| async { Ok::<_, std::io::Error>(Some(Alpha { letter: 'b' })) };
-    let one = Cache::builder().loader(loader).build().unwrap();
-    let two = Cache::builder().loader(loader).build().unwrap();
+    let build = || {
+        let builder = Cache::builder().without_loader::<Zebra>();
+        builder.without_loader::<BetaGame>().build().unwrap()
+    };
+    let (one, two) = (build(), build());
     let id = Id::<Alpha>::mint();
     one.fetch(id).await.unwrap();
     assert_eq!(one.stats::<Alpha>().size, 1);

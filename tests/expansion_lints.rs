@@ -17,12 +17,19 @@ use echo_cache::{Cached, Coherence, near_cache};
     max_size = 1_000,
     sweep_ms = 250,
     absent_ttl_ms = 2_000,
-    name = "lint_games"
+    name = "lint_games",
+    loader = load_lint_game
 )]
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct LintGame {
     /// What the game hides.
     pub secret: String,
+}
+
+fn load_lint_game(
+    _: echo_cache::Id<LintGame>,
+) -> std::future::Ready<Result<Option<LintGame>, std::io::Error>> {
+    std::future::ready(Ok(None))
 }
 
 /// A private entity with only the required keys.

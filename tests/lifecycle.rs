@@ -16,7 +16,7 @@ use common::BOUND;
 use echo_cache::{Cache, Error, Id, Source, near_cache};
 use futures_util::FutureExt;
 
-#[near_cache(kind = "LIF", ttl_ms = 600_000, sweep_ms = 1)]
+#[near_cache(kind = "LIF", ttl_ms = 600_000, sweep_ms = 1, loader = load)]
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
 struct Thing {
     n: u64,
@@ -101,7 +101,7 @@ fn the_maintenance_thread_stops_with_the_last_clone() {
 #[test]
 fn a_fetch_outside_any_runtime_needs_one() {
     let _serial = serial();
-    let cache = Cache::builder().loader(load).build().unwrap();
+    let cache = Cache::builder().build().unwrap();
     let id = Id::<Thing>::mint();
     let answer = cache.fetch(id).now_or_never().expect("answers at once");
     assert!(matches!(answer, Err(Error::NoRuntime)), "{answer:?}");
@@ -121,7 +121,6 @@ fn a_fetch_outside_any_runtime_flies_on_the_builders_runtime() {
         .unwrap();
     // Built outside the runtime, with the default fetch timeout.
     let cache = Cache::builder()
-        .loader(load)
         .runtime(runtime.handle().clone())
         .build()
         .unwrap();
@@ -141,7 +140,7 @@ fn a_cache_built_in_a_runtime_flies_on_it() {
         .enable_all()
         .build()
         .unwrap();
-    let cache = runtime.block_on(async { Cache::builder().loader(load).build().unwrap() });
+    let cache = runtime.block_on(async { Cache::builder().build().unwrap() });
     let id = Id::<Thing>::mint();
     let filled = runtime.block_on(cache.fetch(id)).unwrap();
     assert_eq!(filled.source(), Source::Fill);

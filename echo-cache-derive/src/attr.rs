@@ -1,8 +1,9 @@
 //! Reads the keys of `#[near_cache(...)]`, keeping each value's span.
 //!
 //! Nothing is judged here but the syntax: each key is one of the known
-//! keys, appears at most once and is given a literal. Values are judged in
-//! `valid`. Every mistake is kept, so one run of the compiler reports them
+//! keys, appears at most once and is given a literal (a path, for
+//! `loader`). Values are judged in `valid`; the loader's type by the
+//! compiler. Every mistake is kept, so one run of the compiler reports them
 //! all.
 
 use proc_macro2::TokenStream;
@@ -34,6 +35,11 @@ pub(crate) const KEYS: &[Key] = &[
         name: "ttl_ms",
         example: "60_000",
         meaning: "how long a row lives, in milliseconds",
+    },
+    Key {
+        name: "loader",
+        example: "load_game",
+        meaning: "the function that reads a missing row from the system of record",
     },
     Key {
         name: "coherence",
@@ -110,6 +116,8 @@ pub(crate) enum Value {
     Unreadable,
     /// The key's literal, and its entry's place in the list.
     Lit(At, Lit),
+    /// The key's path: `loader` takes one.
+    Path(syn::ExprPath),
 }
 
 impl Value {
@@ -117,7 +125,15 @@ impl Value {
     pub(crate) fn lit(&self) -> Option<(At, &Lit)> {
         match self {
             Value::Lit(at, lit) => Some((*at, lit)),
-            Value::Absent | Value::Unreadable => None,
+            Value::Absent | Value::Unreadable | Value::Path(..) => None,
+        }
+    }
+
+    /// The path, if the key was given one.
+    pub(crate) fn path(&self) -> Option<&syn::ExprPath> {
+        match self {
+            Value::Path(path) => Some(path),
+            Value::Absent | Value::Unreadable | Value::Lit(..) => None,
         }
     }
 }
@@ -127,6 +143,7 @@ impl Value {
 pub(crate) struct Args {
     pub(crate) kind: Value,
     pub(crate) ttl_ms: Value,
+    pub(crate) loader: Value,
     pub(crate) coherence: Value,
     pub(crate) placement: Value,
     pub(crate) jitter: Value,
@@ -152,6 +169,7 @@ impl Args {
         Some(match name {
             "kind" => &mut self.kind,
             "ttl_ms" => &mut self.ttl_ms,
+            "loader" => &mut self.loader,
             "coherence" => &mut self.coherence,
             "placement" => &mut self.placement,
             "jitter" => &mut self.jitter,
@@ -172,6 +190,7 @@ pub(crate) fn parse(tokens: TokenStream) -> Args {
     let mut args = Args {
         kind: Value::Absent,
         ttl_ms: Value::Absent,
+        loader: Value::Absent,
         coherence: Value::Absent,
         placement: Value::Absent,
         jitter: Value::Absent,
@@ -252,7 +271,11 @@ fn set(
             format!("`{name}` needs a value, like {}", example(&name)),
         ));
     };
-    *slot = Value::Lit(at, literal(&name, value)?);
+    *slot = if name == "loader" {
+        Value::Path(loader_path(value)?)
+    } else {
+        Value::Lit(at, literal(&name, value)?)
+    };
     Ok(())
 }
 
@@ -279,6 +302,33 @@ fn unknown(path: &syn::Path, name: &str, names: &[&str], guess: Option<&str>) ->
             names.join(", ")
         ),
     )
+}
+
+/// The path `loader` names: a function, written as it would be called.
+fn loader_path(value: Expr) -> syn::Result<syn::ExprPath> {
+    let value = ungrouped(value);
+    let message = match value {
+        Expr::Path(path) => return Ok(path),
+        Expr::Lit(ExprLit {
+            lit: Lit::Str(ref string),
+            ..
+        }) if string.parse::<syn::Path>().is_ok() => format!(
+            "`loader` takes the path of a function, not a string: write \
+             `loader = {}`, without the quotes",
+            string.value()
+        ),
+        Expr::Closure(_) => format!(
+            "`loader` takes the path of a function, not a closure: write the loader \
+             as an `async fn` and name it, like {}; a loader that needs state goes to \
+             `Builder::loader`",
+            example("loader")
+        ),
+        _ => format!(
+            "`loader` takes the path of a function, like {}",
+            example("loader")
+        ),
+    };
+    Err(syn::Error::new_spanned(value, message))
 }
 
 fn literal(name: &str, value: Expr) -> syn::Result<Lit> {

@@ -5,8 +5,9 @@
 //! `const _: () = { … };` block so that its items (prefixed `__echo_` or
 //! `__ECHO_`) cannot clash with the user's.
 
-use proc_macro2::TokenStream;
-use quote::{ToTokens, quote};
+use proc_macro2::{Span, TokenStream};
+use quote::{ToTokens, quote, quote_spanned};
+use syn::spanned::Spanned;
 use syn::{Attribute, Data, DeriveInput, Fields};
 
 use crate::valid::Decl;
@@ -29,6 +30,7 @@ pub(crate) fn expand(decl: &Decl, input: &DeriveInput) -> TokenStream {
     let fingerprint = fingerprint(input);
     let import = import_private(&decl.krate);
     let fetch = fetch(input);
+    let loader = decl.loader.as_ref().map(loader);
 
     quote! {
         #input
@@ -67,6 +69,8 @@ pub(crate) fn expand(decl: &Decl, input: &DeriveInput) -> TokenStream {
                 fn __declaration() -> &'static __echo_private::Declaration {
                     &__ECHO_DECLARATION
                 }
+
+                #loader
             }
 
             #fetch
@@ -102,6 +106,19 @@ pub(crate) fn fetch(input: &DeriveInput) -> TokenStream {
             ) -> __echo_private::Fetch<'_, Self> {
                 cache.fetch::<Self>(id)
             }
+        }
+    }
+}
+
+/// The `__loader` of the `Cached` impl: the declared loader, erased. A
+/// loader of the wrong type is reported on its path.
+fn loader(path: &syn::ExprPath) -> TokenStream {
+    // Resolved where the attribute is, reported where the path is.
+    let span = Span::call_site().located_at(path.span());
+    let erased = quote_spanned!(span=> __echo_private::loader::<Self, _, _, _>(#path));
+    quote! {
+        fn __loader() -> ::core::option::Option<__echo_private::Loader<Self>> {
+            ::core::option::Option::Some(#erased)
         }
     }
 }

@@ -29,6 +29,9 @@ const PLACEMENT: &[(&str, &str)] = &[("table", "Table"), ("spread", "Spread")];
 pub(crate) struct Decl {
     pub(crate) kind: String,
     pub(crate) ttl_ms: u64,
+    /// The function that loads a row, checked by the compiler where the
+    /// expansion names it.
+    pub(crate) loader: Option<syn::ExprPath>,
     /// The variant of `echo_cache::Coherence`.
     pub(crate) coherence: &'static str,
     /// The variant of `echo_cache::Placement`.
@@ -87,6 +90,7 @@ pub(crate) fn validate(mut args: Args, input: &DeriveInput) -> Result<Decl, Inva
         .and_then(|(at, lit)| errors.check(at, kind(lit)));
     let ttl_ms = required(&args, &args.ttl_ms, "ttl_ms", &mut errors)
         .and_then(|(at, lit)| errors.check(at, positive(lit, "ttl_ms")));
+    let loader = args.loader.path().cloned();
     let coherence = match args.coherence.lit() {
         Some((at, lit)) => errors.check(at, coherence(lit)),
         None => Some("None"),
@@ -110,7 +114,8 @@ pub(crate) fn validate(mut args: Args, input: &DeriveInput) -> Result<Decl, Inva
     };
     let krate = match &args.krate {
         Value::Lit(at, lit) => errors.check(*at, krate(lit)),
-        Value::Unreadable => None,
+        // Only `loader` is read as a path.
+        Value::Unreadable | Value::Path(..) => None,
         Value::Absent => Some(syn::parse_quote!(::echo_cache)),
     };
 
@@ -121,6 +126,7 @@ pub(crate) fn validate(mut args: Args, input: &DeriveInput) -> Result<Decl, Inva
             Ok(Decl {
                 kind,
                 ttl_ms,
+                loader,
                 coherence,
                 placement,
                 jitter,

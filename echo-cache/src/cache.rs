@@ -10,7 +10,6 @@ use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use futures_util::FutureExt;
 use tokio::runtime::Handle;
 use tokio::sync::{Notify, watch};
 
@@ -28,7 +27,7 @@ use crate::mint::Minter;
 use crate::roster::{Readiness, TableInfo};
 use crate::spec::{Cached, Coherence, TableSpec};
 use crate::stats::Stats;
-use crate::table::{AnyTable, Loader, Shared, Table};
+use crate::table::{self, AnyTable, Loader, Shared, Table};
 
 /// The coarsest the clock's tick gets: a row outlives its expiry by at most
 /// this (or by 1% of the shortest declared TTL, if less).
@@ -536,8 +535,12 @@ impl Builder {
     /// of misses that neither L1 nor L2 can answer. `Ok(None)` means the
     /// entity does not exist ([`Error::NotFound`]).
     ///
-    /// A table without a loader serves what is cached and put, and answers
-    /// other misses with [`Error::NoLoader`].
+    /// A loader given here overrides the one `T` declares
+    /// (`#[near_cache(..., loader = load_fn)]`), in this cache only: use it
+    /// for a loader that needs state the declaration cannot reach (a
+    /// connection pool, a client), or to replace the declared one in a
+    /// test. A table with neither is refused by [`build`](Self::build),
+    /// unless [`without_loader`](Self::without_loader) says it needs none.
     #[must_use]
     pub fn loader<T, F, Fut, E>(mut self, load: F) -> Builder
     where
@@ -546,8 +549,45 @@ impl Builder {
         Fut: Future<Output = Result<Option<T>, E>> + Send + 'static,
         E: Into<BoxError> + 'static,
     {
-        let loader: Loader<T> = Arc::new(move |id| load(id).map(|r| r.map_err(Into::into)).boxed());
+        let loader: Option<Loader<T>> = Some(table::loader(load));
         self.loaders.insert(TypeId::of::<T>(), Box::new(loader));
+        self
+    }
+
+    /// Builds `T`'s table with no loader: for a table filled only by
+    /// [`Cache::put`]. It serves what is cached and put; any other miss
+    /// answers [`Error::NoLoader`]. This overrides a declared loader too,
+    /// and, like [`loader`](Self::loader), the last of the two calls for
+    /// `T` wins.
+    ///
+    /// Without a loader and without this, [`build`](Self::build) refuses
+    /// the table ([`Error::MissingLoader`]), so a table that cannot load is
+    /// found at start-up, not at its first miss.
+    ///
+    /// ```standalone_crate
+    /// use echo_cache::{near_cache, Cache, Error, Id};
+    ///
+    /// #[near_cache(kind = "TOK", ttl_ms = 60_000)]
+    /// #[derive(serde::Serialize, serde::Deserialize)]
+    /// struct Token { owner: String }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Error> {
+    /// let refused = Cache::builder().build();
+    /// assert!(matches!(refused, Err(Error::MissingLoader { .. })));
+    ///
+    /// let cache = Cache::builder().without_loader::<Token>().build()?;
+    /// let id = Id::<Token>::mint();
+    /// assert!(matches!(cache.fetch(id).await, Err(Error::NoLoader { .. })));
+    /// cache.put(id, Token { owner: "ada".into() }).await?;
+    /// assert_eq!(cache.fetch(id).await?.owner, "ada");
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn without_loader<T: Cached>(mut self) -> Builder {
+        self.loaders
+            .insert(TypeId::of::<T>(), Box::new(None::<Loader<T>>));
         self
     }
 
@@ -606,12 +646,16 @@ impl Builder {
         self
     }
 
-    /// Opens a table for every declared type and starts the maintenance
-    /// thread.
+    /// Opens a table for every declared type, each with its loader (the
+    /// one given to [`loader`](Self::loader), else the one it declares),
+    /// and starts the maintenance thread.
     ///
     /// # Errors
     ///
     /// [`Error::Conflict`] if two declarations share a table name or a kind,
+    /// [`Error::MissingLoader`] if tables have no loader (neither declared
+    /// nor given to [`loader`](Self::loader)) and were not built
+    /// [`without_loader`](Self::without_loader),
     /// [`Error::Config`] if the node name is not valid,
     /// [`Error::NoRuntime`] if the cache has L2 and coherent tables and no
     /// runtime to run their coherence lanes on,
@@ -657,10 +701,22 @@ impl Builder {
             load_timeout: self.load_timeout,
             codecs: Mutex::new(self.codecs),
         };
-        let tables: Arc<[Slot]> = DECLARATIONS
+        let (opened, missing): (Vec<_>, Vec<_>) = DECLARATIONS
             .iter()
-            .map(|decl| {
-                let erased = (decl.open)(decl, &shared);
+            .map(|decl| (decl.open)(decl, &shared))
+            .partition(Result::is_ok);
+        if !missing.is_empty() {
+            let mut tables: Vec<&'static TableSpec> =
+                missing.into_iter().filter_map(Result::err).collect();
+            tables.sort_by_key(|spec| spec.name());
+            return Err(Error::MissingLoader {
+                tables: tables.into(),
+            });
+        }
+        let tables: Arc<[Slot]> = opened
+            .into_iter()
+            .flatten()
+            .map(|erased| {
                 let typed = Arc::clone(&erased).into_any();
                 let type_id = (*typed).type_id();
                 let table = NonNull::from(&*typed).cast();

@@ -5,13 +5,13 @@
 //! slice ([`linkme`]); [`declared`] lists them and
 //! [`Cache::builder`](crate::Cache::builder) opens one table per declaration.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 
 use linkme::distributed_slice;
 
 use crate::error::Error;
 use crate::spec::{Cached, Coherence, Placement, TableSpec};
-use crate::table::{AnyTable, Shared};
+use crate::table::{Opened, Shared};
 
 /// Every declaration linked into the program, in link order.
 #[doc(hidden)]
@@ -22,7 +22,7 @@ pub static DECLARATIONS: [Declaration];
 #[doc(hidden)]
 pub struct Declaration {
     pub(crate) spec: TableSpec,
-    pub(crate) open: fn(&'static Declaration, &Shared) -> Arc<dyn AnyTable>,
+    pub(crate) open: fn(&'static Declaration, &Shared) -> Opened,
 }
 
 impl Declaration {

@@ -81,7 +81,9 @@ pub enum Error {
         /// The deadline it missed.
         after: Duration,
     },
-    /// The table has no loader and neither L1 nor L2 had the value.
+    /// The table has no loader (the cache was built with
+    /// [`Builder::without_loader`](crate::Builder::without_loader)) and
+    /// neither L1 nor L2 had the value.
     NoLoader {
         /// The table asked.
         table: &'static str,
@@ -107,6 +109,15 @@ pub enum Error {
         first: &'static crate::TableSpec,
         /// The other declaration.
         second: &'static crate::TableSpec,
+    },
+    /// [`Builder::build`](crate::Builder::build) found tables with no
+    /// loader: neither declared (`loader = ...`) nor given to
+    /// [`Builder::loader`](crate::Builder::loader), and not marked as
+    /// filled by `put` alone with
+    /// [`Builder::without_loader`](crate::Builder::without_loader).
+    MissingLoader {
+        /// Those tables, sorted by name.
+        tables: Arc<[&'static crate::TableSpec]>,
     },
     /// The cache was configured with an invalid setting.
     Config(String),
@@ -143,9 +154,36 @@ impl fmt::Display for Error {
                 first.type_name(),
                 second.type_name()
             ),
+            Error::MissingLoader { tables } => missing_loader(f, tables),
             Error::Config(what) => write!(f, "invalid cache configuration: {what}"),
         }
     }
+}
+
+/// Names the tables with no loader, and the three ways to settle each.
+fn missing_loader(f: &mut fmt::Formatter<'_>, tables: &[&crate::TableSpec]) -> fmt::Result {
+    let plural = if tables.len() == 1 { "" } else { "s" };
+    write!(f, "no loader for table{plural} ")?;
+    for (i, spec) in tables.iter().enumerate() {
+        let comma = if i == 0 { "" } else { ", " };
+        write!(f, "{comma}`{}` ({})", spec.name(), spec.type_name())?;
+    }
+    // The type as a user writes it: the last segment of its path.
+    let ty = match tables {
+        [spec] => spec.type_name().rsplit("::").next().unwrap_or("T"),
+        _ => "T",
+    };
+    write!(
+        f,
+        ": a miss would have nowhere to go. Name the loader in the declaration \
+         (`#[near_cache(..., loader = load_fn)]`), give it with `Builder::loader`, \
+         or, for a table filled only by `put`, build with \
+         `Builder::without_loader::<{ty}>()`"
+    )?;
+    if tables.len() > 1 {
+        f.write_str(" for each")?;
+    }
+    Ok(())
 }
 
 impl std::error::Error for Error {

@@ -56,7 +56,9 @@ pub struct TableInfo {
     pub stats: Stats,
     /// How it is doing.
     pub health: Health,
-    /// Whether the cache was built with a loader for it.
+    /// Whether it has a loader, declared or given to the builder: `false`
+    /// only for a table built
+    /// [`without_loader`](crate::Builder::without_loader).
     pub has_loader: bool,
 }
 

@@ -8,6 +8,7 @@ use serde::de::DeserializeOwned;
 
 use crate::directory::Declaration;
 use crate::id::Kind;
+use crate::table::Loader;
 
 /// How a table's rows are kept coherent across nodes.
 ///
@@ -241,6 +242,13 @@ pub trait Cached: Serialize + DeserializeOwned + Send + Sync + 'static {
 
     #[doc(hidden)]
     fn __declaration() -> &'static Declaration;
+
+    /// The loader the declaration names (`loader = ...`), if it names one.
+    #[doc(hidden)]
+    #[must_use]
+    fn __loader() -> Option<Loader<Self>> {
+        None
+    }
 
     /// The declared specification of this type's table.
     #[must_use]

@@ -49,8 +49,23 @@ use crate::spec::{Cached, Coherence, TableSpec};
 use crate::stats::{Counters, Stats, Striped};
 
 /// A type-erased loader of `T`.
-pub(crate) type Loader<T> =
+#[doc(hidden)]
+pub type Loader<T> =
     Arc<dyn Fn(Id<T>) -> BoxFuture<'static, Result<Option<T>, BoxError>> + Send + Sync>;
+
+/// `load` as a [`Loader<T>`]: its future and its error boxed. Used by
+/// [`Builder::loader`](crate::Builder::loader) and by the loader a
+/// declaration names (`loader = ...`).
+#[doc(hidden)]
+pub fn loader<T, F, Fut, E>(load: F) -> Loader<T>
+where
+    T: Cached,
+    F: Fn(Id<T>) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<Option<T>, E>> + Send + 'static,
+    E: Into<BoxError> + 'static,
+{
+    Arc::new(move |id| load(id).map(|r| r.map_err(Into::into)).boxed())
+}
 
 /// What a flight answers: `None` until it lands.
 type Answer<T> = Option<Result<Fetched<T>, Error>>;
@@ -59,7 +74,9 @@ type Answer<T> = Option<Result<Fetched<T>, Error>>;
 pub(crate) struct Shared {
     pub(crate) clock: Clock,
     pub(crate) runtime: Option<Handle>,
-    /// Loaders by the `TypeId` of their `T`, each a boxed [`Loader<T>`].
+    /// The loaders the builder was given, by the `TypeId` of their `T`,
+    /// each a boxed `Option<Loader<T>>` (`None`: the table has none, by
+    /// [`Builder::without_loader`](crate::Builder::without_loader)).
     pub(crate) loaders: Mutex<HashMap<TypeId, Box<dyn Any + Send>>>,
     /// The L2 server, if the cache has one.
     pub(crate) l2: Option<Arc<Server>>,
@@ -104,9 +121,21 @@ pub(crate) trait AnyTable: Target {
     fn into_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync>;
 }
 
-/// Opens the table of `T` (the `open` of its declaration).
-pub(crate) fn open<T: Cached>(decl: &'static Declaration, shared: &Shared) -> Arc<dyn AnyTable> {
-    let loader = Shared::take::<Loader<T>>(&shared.loaders, TypeId::of::<T>());
+/// An opened table, or the spec of a table refused for want of a loader.
+pub(crate) type Opened = Result<Arc<dyn AnyTable>, &'static TableSpec>;
+
+/// Opens the table of `T` (the `open` of its declaration), with the loader
+/// the builder gave it, else the one it declared.
+///
+/// # Errors
+///
+/// The table's spec, if it has neither and the builder did not say it
+/// needs none.
+pub(crate) fn open<T: Cached>(decl: &'static Declaration, shared: &Shared) -> Opened {
+    let loader = match Shared::take::<Option<Loader<T>>>(&shared.loaders, TypeId::of::<T>()) {
+        Some(given) => given,
+        None => Some(T::__loader().ok_or(&decl.spec)?),
+    };
     let tier = shared.l2.as_ref().map(|server| {
         let codec = Shared::take::<Arc<dyn Codec<T>>>(&shared.codecs, TypeId::of::<T>())
             .unwrap_or_else(|| Arc::new(Postcard));
@@ -128,7 +157,7 @@ pub(crate) fn open<T: Cached>(decl: &'static Declaration, shared: &Shared) -> Ar
         .spec
         .load_timeout_ms
         .map_or(shared.load_timeout, Duration::from_millis);
-    Arc::new(Table::<T> {
+    Ok(Arc::new(Table::<T> {
         spec: &decl.spec,
         load_timeout,
         rows: Rows::new(&decl.spec),
@@ -145,7 +174,7 @@ pub(crate) fn open<T: Cached>(decl: &'static Declaration, shared: &Shared) -> Ar
         readiness: Arc::clone(&shared.readiness),
         backlog: Backlog::new(shared.backlog_limit),
         backlog_kick: Arc::clone(&shared.backlog_kick),
-    })
+    }))
 }
 
 pub(crate) struct Table<T> {

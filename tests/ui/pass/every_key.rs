@@ -1,13 +1,14 @@
 // Every key of #[near_cache], each with a value other than its default, fed
-// through a `macro_rules!` as `literal` fragments (which reach the
-// attribute wrapped in invisible groups) and `tt`s.
-use echo_cache::{Cached, Coherence, Placement, near_cache};
+// through a `macro_rules!` as `literal` and `path` fragments (which reach
+// the attribute wrapped in invisible groups) and `tt`s.
+use echo_cache::{Cached, Coherence, Id, Placement, near_cache};
 
 macro_rules! declare {
-    ($kind:literal, $ttl:literal, $coherence:literal, $jitter:tt) => {
+    ($kind:literal, $ttl:literal, $loader:path, $coherence:literal, $jitter:tt) => {
         #[near_cache(
             kind = $kind,
             ttl_ms = $ttl,
+            loader = $loader,
             coherence = $coherence,
             placement = "spread",
             jitter = $jitter,
@@ -25,7 +26,17 @@ macro_rules! declare {
     };
 }
 
-declare!("GAM", 600_000, "durable", 0.25);
+declare!("GAM", 600_000, store::load_game, "durable", 0.25);
+
+mod store {
+    use super::{Game, Id};
+
+    pub async fn load_game(id: Id<Game>) -> Result<Option<Game>, std::io::Error> {
+        Ok(Some(Game {
+            secret: format!("the secret of {id}"),
+        }))
+    }
+}
 
 fn main() {
     let spec = Game::spec();
