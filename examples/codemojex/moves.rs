@@ -32,18 +32,18 @@ pub fn declare(node: &Node) -> Vec<&'static TableSpec> {
             keyspace::prefix(spec),
         );
     }
-    let games = node
-        .cache
-        .tables()
-        .into_iter()
-        .find(|table| table.spec.name() == "cm_games")
-        .expect("cm_games is declared");
+    let games = echo_cache::spec("cm_games").expect("cm_games is declared");
+    println!("\ncm_games by name, echo_cache::spec(\"cm_games\"): {games:?}");
+    let tables = node.cache.tables();
+    let loaded = tables.iter().filter(|table| table.has_loader).count();
     println!(
-        "\nThe cache runs one table per declaration; cm_games by name: {:?}",
-        games.spec
+        "The cache runs one table per declaration, {loaded} of {} with a loader: build() refuses \
+         a table with none, unless told it is filled by put alone.",
+        tables.len()
     );
     println!(
-        "An id of another kind does not compile: Game::fetch(&cache, session_id) is a type error."
+        "An id of another kind does not compile: Game::fetch(&cache, session_id) is refused \
+         with \"`Id<Session>` is not an id of `Game`\"."
     );
     declared.to_vec()
 }

@@ -35,7 +35,9 @@ pub struct Options {
 }
 
 impl Node {
-    /// Builds a node whose three loaders read `store`.
+    /// Builds a node whose three loaders read `store`. They need the
+    /// store, so the builder gives them: a declaration's `loader = ...`
+    /// names a function that needs nothing but the id.
     pub fn open(
         name: &'static str,
         store: &Store,
