@@ -22,18 +22,27 @@
 //! A cache exists because a type declares it. The attribute is checked at
 //! compile time (a bad kind, a zero TTL, an unknown key are spanned compile
 //! errors) and every declaration of the program is gathered at link time:
-//! [`declared`](crate::declared) lists them before any cache is built, and
+//! [`declared`](crate::declared) lists them before any cache is built,
+//! [`spec`](crate::spec) finds one by its table name, and
 //! [`Cache::tables`](crate::Cache::tables) shows a running cache's tables
-//! with their counters and health.
+//! with their counters and health. A table's loader is declared with it
+//! (`loader = load_game`, a function of the id alone) or given to the
+//! builder (a closure over a store), and
+//! [`build`](crate::Builder::build) refuses a table that has neither
+//! (see [Loaders](crate#loaders)).
 //!
 //! ```standalone_crate
-//! use echo_cache::{near_cache, Cache, Id};
+//! use echo_cache::{near_cache, Cache, Error, Id};
 //!
 //! /// Immutable for the game's life: TTL alone keeps it fresh.
-//! #[near_cache(kind = "GAM", name = "cm_games", ttl_ms = 600_000, coherence = "none")]
+//! #[near_cache(kind = "GAM", name = "cm_games", ttl_ms = 600_000, coherence = "none", loader = load_game)]
 //! #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 //! pub struct Game {
 //!     pub secret: String,
+//! }
+//!
+//! async fn load_game(_id: Id<Game>) -> Result<Option<Game>, std::io::Error> {
+//!     Ok(None) // SELECT secret FROM games WHERE id = ?
 //! }
 //!
 //! /// Revocable: every node must hear of a change (see move 4).
@@ -47,18 +56,20 @@
 //! let names: Vec<&str> = echo_cache::declared().iter().map(|spec| spec.name()).collect();
 //! assert!(names.contains(&"cm_games") && names.contains(&"cm_sessions"));
 //!
-//! // The L2 key of a row: the table's hashtag, then the id.
-//! let spec = echo_cache::declared().iter().find(|spec| spec.name() == "cm_games").unwrap();
+//! // A table by name, and the L2 key of its rows: its hashtag, then the id.
+//! let spec = echo_cache::spec("cm_games").unwrap();
 //! assert_eq!(echo_cache::keyspace::prefix(spec), "ecc:{cm_games}:");
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), echo_cache::Error> {
+//! // Sessions have no loader yet: the cache is refused, naming the table.
+//! let refused = Cache::builder().build().unwrap_err();
+//! assert!(matches!(refused, Error::MissingLoader { .. }) && refused.to_string().contains("cm_sessions"));
 //! let cache = Cache::builder()
-//!     .loader(|_id: Id<Game>| async { Ok::<_, std::io::Error>(None) })
 //!     .loader(|_id: Id<Session>| async { Ok::<_, std::io::Error>(None) })
 //!     .build()?;
 //! let session = Id::<Session>::mint();
-//! // Game::fetch(&cache, session); // does not compile: a SES id is not a GAM id
+//! // Game::fetch(&cache, session); // does not compile: `Id<Session>` is not an id of `Game`
 //! assert!(cache.tables().iter().all(|table| table.has_loader));
 //! # let _ = session;
 //! # Ok(())

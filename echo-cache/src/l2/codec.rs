@@ -39,7 +39,11 @@ use crate::error::BoxError;
 /// # fn main() -> Result<(), BoxError> {
 /// let motto = Motto("carpe diem".into());
 /// assert_eq!(Utf8.decode(&Utf8.encode(&motto)?)?.0, motto.0);
-/// let cache = Cache::builder().codec::<Motto>(Utf8).build()?;
+/// // Mottos are filled by `put` here: no loader.
+/// let cache = Cache::builder()
+///     .codec::<Motto>(Utf8)
+///     .without_loader::<Motto>()
+///     .build()?;
 /// # let _ = cache;
 /// # Ok(())
 /// # }
