@@ -5,7 +5,7 @@
 //! the **game**, its **emoji set** and the player's **session** — from the
 //! system of record. That is three reads per guess, on every node, for data
 //! that almost never changes: the shape a near-cache is for. The workshop
-//! runs it for real, over SQLite:
+//! runs it for real, over `SQLite`:
 //!
 //! ```sh
 //! cargo run --example codemojex                     # L1 only, no server needed
@@ -245,7 +245,7 @@
 //! # Where next
 //!
 //! - `examples/codemojex/` reads as a small service: `model.rs` (the
-//!   declarations), `store.rs` (SQLite), `node.rs` (a cache and its
+//!   declarations), `store.rs` (`SQLite`), `node.rs` (a cache and its
 //!   loaders, with a counted fallback to the store when the cache errs),
 //!   `moves.rs` (the narration) and `serve.rs` (the `--serve` load
 //!   generator).
