@@ -84,6 +84,16 @@ struct Inner {
     _stop_coherence: watch::Sender<()>,
 }
 
+#[cfg(feature = "metrics")]
+impl Inner {
+    fn publish_metrics(&self) {
+        crate::export::describe();
+        for slot in self.tables.iter() {
+            slot.erased.publish_metrics();
+        }
+    }
+}
+
 struct Slot {
     /// The `Table<T>`, for the typed paths.
     typed: Arc<dyn Any + Send + Sync>,
@@ -263,6 +273,37 @@ impl Cache {
     #[must_use]
     pub fn clock(&self) -> &Clock {
         &self.inner.clock
+    }
+
+    /// Publishes every table's counters through the `metrics` facade now
+    /// (see the crate docs, [Metrics](crate#metrics)). The cache does it
+    /// by itself every second; call this where a reader must see the
+    /// latest counts at once: before a final scrape, or in a test.
+    /// Available with the `metrics` feature.
+    ///
+    /// ```standalone_crate
+    /// use echo_cache::{near_cache, Cache, Id};
+    ///
+    /// #[near_cache(kind = "DOC", ttl_ms = 60_000)]
+    /// #[derive(serde::Serialize, serde::Deserialize)]
+    /// struct Doc { body: String }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), echo_cache::Error> {
+    /// // The program installs a recorder (an exporter) first, e.g.
+    /// // `metrics_exporter_prometheus::PrometheusBuilder::new().install()`.
+    /// let cache = Cache::builder()
+    ///     .loader(|_: Id<Doc>| async { Ok::<_, std::io::Error>(Some(Doc { body: "hi".into() })) })
+    ///     .build()?;
+    /// cache.fetch(Id::<Doc>::mint()).await?;
+    /// // echo_cache_fetches_total{table="doc",source="fill"} is 1 from now on.
+    /// cache.publish_metrics();
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[cfg(feature = "metrics")]
+    pub fn publish_metrics(&self) {
+        self.inner.publish_metrics();
     }
 
     /// The slot of `T`'s table: its declaration's position in the
@@ -665,6 +706,8 @@ impl Builder {
     /// L2 errors.
     pub fn build(self) -> Result<Cache, Error> {
         directory::check_unique()?;
+        #[cfg(feature = "metrics")]
+        let metrics_node = self.node_name.as_deref().map(Arc::from);
         let node_name = match self.node_name {
             Some(name) => match node_name_fault(&name) {
                 None => name,
@@ -700,6 +743,8 @@ impl Builder {
             tombstone_ttl: self.tombstone_ttl,
             load_timeout: self.load_timeout,
             codecs: Mutex::new(self.codecs),
+            #[cfg(feature = "metrics")]
+            metrics_node,
         };
         let (opened, missing): (Vec<_>, Vec<_>) = DECLARATIONS
             .iter()
@@ -762,8 +807,10 @@ impl Builder {
     }
 }
 
-/// Ticks the clock, sweeps each table every `sweep_ms` and frees what L1's
-/// writers removed, until the cache is dropped.
+/// Ticks the clock, sweeps each table every `sweep_ms`, frees what L1's
+/// writers removed and, with the `metrics` feature, publishes the tables'
+/// counters every [`PUBLISH_EVERY`](crate::export::PUBLISH_EVERY), until
+/// the cache is dropped.
 ///
 /// The thread sleeps until its next duty: the clock's tick is 1% of the
 /// shortest TTL declared (absence TTLs included), between 1 ms and
@@ -784,6 +831,8 @@ fn spawn_maintenance(cache: Weak<Inner>, stopped: mpsc::Receiver<()>) -> Result<
         .iter()
         .map(|decl| start + Duration::from_millis(decl.spec.sweep_ms))
         .collect();
+    #[cfg(feature = "metrics")]
+    let mut next_publish = start;
     let run = move || {
         let mut next_tick = start;
         loop {
@@ -816,6 +865,18 @@ fn spawn_maintenance(cache: Weak<Inner>, stopped: mpsc::Receiver<()>) -> Result<
                         table = decl.spec.name,
                         "the maintenance of a table panicked; it goes on"
                     );
+                }
+            }
+            // The thread wakes at least every `MAX_TICK`: publishing is at
+            // most that late.
+            #[cfg(feature = "metrics")]
+            if now >= next_publish {
+                next_publish = now + crate::export::PUBLISH_EVERY;
+                // A recorder is user code: its panic must not stop the thread.
+                let published =
+                    std::panic::catch_unwind(AssertUnwindSafe(|| cache.publish_metrics()));
+                if published.is_err() {
+                    tracing::error!("publishing the metrics panicked; it goes on");
                 }
             }
         }

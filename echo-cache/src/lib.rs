@@ -324,6 +324,70 @@
 //!   a value's `Drop` may call back into the cache; a panic in any of them
 //!   fails at most that flight (or is logged, for a `Drop`), and the clock,
 //!   the sweeper and reclamation go on.
+//!
+//! # Metrics
+//!
+//! With the cargo feature `metrics` (off by default), every table's
+//! counters ([`Stats`]) are published through the
+//! [`metrics`](https://docs.rs/metrics/0.24) facade, so whatever exporter
+//! the program installs reports them (Prometheus, for one: see the
+//! codemojex example's `--metrics`).
+//! A hit costs nothing more: the maintenance thread reads each table's
+//! snapshot every second and publishes its totals (`Counter::absolute`),
+//! and `Cache::publish_metrics` does it at once. Without a recorder
+//! installed, publishing goes nowhere.
+//!
+//! Every metric is labelled `table` (the table's name) and, if the cache
+//! was given one ([`Builder::node_name`]), `node`: caches that share a
+//! process (two nodes in a test, say) must have node names, or their
+//! totals overwrite each other's.
+//!
+//! | metric | kind | labels | counts ([`Stats`] field) |
+//! |---|---|---|---|
+//! | `echo_cache_fetches_total` | counter | `table`, `source` | every fetch once, by `source`: `hit` (L1: `hits`), `coalesced` (joined a flight: `coalesced`), or the outcome of the flight the fetch started: `l2` (`l2_hits`), `fill` (`fills`), `not_found`, `load_error` (`load_errors`), `load_timeout` (`load_timeouts`) |
+//! | `echo_cache_flight_seconds` | histogram | `table`, `source` | how long each flight took, from its start to its landing (L2, then the loader), by its outcome (`l2`, `fill`, `not_found`, `load_error`, `load_timeout`) |
+//! | `echo_cache_rows` | gauge | `table` | rows in L1 (`size`) |
+//! | `echo_cache_in_flight` | gauge | `table` | flights under way (`in_flight`) |
+//! | `echo_cache_swept_total` | counter | `table` | `swept` |
+//! | `echo_cache_sweeps_total` | counter | `table` | `sweeps` |
+//! | `echo_cache_full_skips_total` | counter | `table` | `full_skips` |
+//! | `echo_cache_invalidations_total` | counter | `table` | `invalidations` |
+//! | `echo_cache_puts_total` | counter | `table` | `puts` |
+//! | `echo_cache_l2_errors_total` | counter | `table` | `l2_errors` |
+//! | `echo_cache_decode_errors_total` | counter | `table` | `decode_errors` |
+//! | `echo_cache_oversized_total` | counter | `table` | `oversized` |
+//! | `echo_cache_l2_writes_dropped_total` | counter | `table` | `l2_writes_dropped` |
+//! | `echo_cache_announcements_dropped_total` | counter | `table` | `announcements_dropped` |
+//! | `echo_cache_redeliveries_total` | counter | `table` | `redeliveries` |
+//! | `echo_cache_malformed_messages_total` | counter | `table` | `malformed_messages` |
+//!
+//! So the hit ratio of a table is `source="hit"` over the sum of
+//! `echo_cache_fetches_total` (which is `hits + misses` less the flights
+//! under way), and `source="fill"` is its reads of the system of record.
+//! The flight histogram is the latency of a miss as the fetch that started
+//! the flight sees it (a coalesced miss waits less: it joined later); L1
+//! hits are counted, not timed, since reading a clock would double the
+//! cost of a hit.
+//!
+//! # Tracing
+//!
+//! The cache reports through [`tracing`](https://docs.rs/tracing), off
+//! the hit path, with the `table` of each:
+//!
+//! - a `flight` span (DEBUG) around each flight, with its `id`, its
+//!   `source` (`l2`, `fill`), `outcome` (`ok`, `not_found`, `load_error`,
+//!   `load_timeout`, `crashed`), the `error` if any and its `duration`; a
+//!   `flight landed` event closes it, and the loader runs inside it;
+//! - an `l2` span (DEBUG) around each L2 operation (`op`: `read`, `write`,
+//!   `drop`, `drop_older`) with its `outcome`;
+//! - a `write` span (DEBUG) around each `put` and `invalidate` (`op`,
+//!   `id`, `version`) with a `write delivered` (or kept for later)
+//!   event, and an `invalidation applied` event (DEBUG) for each one
+//!   received from another node;
+//! - state changes: the L2 breaker opening (WARN) and closing (INFO), a
+//!   table's invalidation channel lost (WARN) and up (INFO), the writes
+//!   kept during an outage delivered (INFO); and rate-limited warnings of
+//!   L2 failures and bad frames (WARN).
 #![deny(missing_docs)]
 #![warn(clippy::pedantic)]
 #![allow(clippy::module_name_repetitions)]
@@ -337,6 +401,8 @@ mod connections;
 mod directory;
 mod epoch;
 mod error;
+#[cfg(feature = "metrics")]
+mod export;
 mod fetch;
 mod fetched;
 mod flight;

@@ -24,12 +24,13 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
 use tokio::runtime::Handle;
 use tokio::sync::{Notify, watch};
+use tracing::{Instrument, Span, field};
 
 use crate::backlog::Backlog;
 use crate::clock::Clock;
@@ -91,6 +92,9 @@ pub(crate) struct Shared {
     pub(crate) backlog_limit: usize,
     /// Codecs other than the default, by `TypeId`, each an `Arc<dyn Codec<T>>`.
     pub(crate) codecs: Mutex<HashMap<TypeId, Box<dyn Any + Send>>>,
+    /// The `node` label of the tables' metrics: the node name, if given.
+    #[cfg(feature = "metrics")]
+    pub(crate) metrics_node: Option<Arc<str>>,
 }
 
 impl Shared {
@@ -118,6 +122,9 @@ pub(crate) trait AnyTable: Target {
     fn trusted(&self) -> bool;
     /// Whether writes wait for delivery (see [`Backlog`]).
     fn undelivered(&self) -> bool;
+    /// Publishes the table's counters through the `metrics` facade.
+    #[cfg(feature = "metrics")]
+    fn publish_metrics(&self);
     fn into_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync>;
 }
 
@@ -174,6 +181,8 @@ pub(crate) fn open<T: Cached>(decl: &'static Declaration, shared: &Shared) -> Op
         readiness: Arc::clone(&shared.readiness),
         backlog: Backlog::new(shared.backlog_limit),
         backlog_kick: Arc::clone(&shared.backlog_kick),
+        #[cfg(feature = "metrics")]
+        labels: crate::export::Labels::new(decl.spec.name, shared.metrics_node.as_ref()),
     }))
 }
 
@@ -202,6 +211,9 @@ pub(crate) struct Table<T> {
     backlog: Backlog,
     /// Wakes the task that delivers backlogs.
     backlog_kick: Arc<Notify>,
+    /// The labels of the table's metrics.
+    #[cfg(feature = "metrics")]
+    labels: crate::export::Labels,
 }
 
 impl<T: Cached> Table<T> {
@@ -259,12 +271,8 @@ impl<T: Cached> Table<T> {
                 Counters::bump(&self.counters.misses);
                 Counters::bump(&self.counters.flights);
                 Counters::bump(&self.counters.running);
-                let landing = Landing {
-                    table: Some(Arc::clone(&self)),
-                    key,
-                    token,
-                    answer: sender.take().expect("a new flight's sender"),
-                };
+                let sender = sender.take().expect("a new flight's sender");
+                let landing = Landing::new(Arc::clone(&self), key, token, sender);
                 let flight = Detachable::new(landing.fly(), runtime.clone());
                 if in_runtime {
                     (answer, Some(flight))
@@ -359,14 +367,15 @@ impl<T: Cached> Table<T> {
         }
     }
 
-    /// Step 4: installs the outcome unless overtaken, answers every waiter.
+    /// Step 4: installs the outcome unless overtaken, answers every waiter;
+    /// returns how the flight ended.
     fn land(
         &self,
         key: u64,
         token: u64,
         outcome: Result<Fetched<T>, Error>,
         answer: &watch::Sender<Answer<T>>,
-    ) {
+    ) -> Ended {
         let now = self.clock.now_ms();
         let row = match &outcome {
             Ok(fetched) => Some(self.row(
@@ -388,16 +397,17 @@ impl<T: Cached> Table<T> {
         });
         drop(declined);
         self.rows.collect_if_due();
-        let counter = match &outcome {
-            Ok(fetched) if fetched.source() == Source::L2 => &self.counters.l2_hits,
-            Ok(_) => &self.counters.fills,
-            Err(Error::NotFound { .. }) => &self.counters.not_found,
-            Err(Error::LoadTimeout { .. }) => &self.counters.load_timeouts,
-            Err(_) => &self.counters.load_errors,
-        };
-        Counters::bump(counter);
+        let ended = Ended::of(&outcome);
+        Counters::bump(match ended {
+            Ended::L2 => &self.counters.l2_hits,
+            Ended::Fill => &self.counters.fills,
+            Ended::NotFound => &self.counters.not_found,
+            Ended::LoadTimeout => &self.counters.load_timeouts,
+            Ended::LoadError | Ended::Crashed => &self.counters.load_errors,
+        });
         self.counters.running.fetch_sub(1, Relaxed);
         answer.send_replace(Some(outcome));
+        ended
     }
 
     /// A row of `value` (or of an absence) at `version`, inserted at `now`:
@@ -436,6 +446,11 @@ impl<T: Cached> Table<T> {
     /// A flight of `key` under way will not install its (older) value.
     pub(crate) async fn put(&self, key: u64, value: T) -> Result<RawId, Error> {
         let version = Minter::global().mint_raw(T::KIND);
+        let span = self.write_span("put", key, &version);
+        self.put_at(key, value, version).instrument(span).await
+    }
+
+    async fn put_at(&self, key: u64, value: T, version: RawId) -> Result<RawId, Error> {
         if self.spec.coherence.versioned() {
             // Our own announcement, when it comes back, is then a repeat.
             self.applied.advance(key, version.payload());
@@ -468,6 +483,11 @@ impl<T: Cached> Table<T> {
     /// Invalidates `key` at `version`: this node's L1 first (a flight under
     /// way will not install), then L2, then the announcement to other nodes.
     pub(crate) async fn invalidate(&self, key: u64, version: &RawId) -> Result<(), Error> {
+        let span = self.write_span("invalidate", key, version);
+        self.invalidate_at(key, version).instrument(span).await
+    }
+
+    async fn invalidate_at(&self, key: u64, version: &RawId) -> Result<(), Error> {
         let drop_l2 = async {
             match &self.tier {
                 Some(tier) => tier.drop(key, version, &self.counters).await.is_ok(),
@@ -494,6 +514,17 @@ impl<T: Cached> Table<T> {
         self.announce(key, version, stored).await
     }
 
+    /// The span of a write (`put` or `invalidate`) of `key` at `version`.
+    fn write_span(&self, op: &'static str, key: u64, version: &RawId) -> Span {
+        tracing::debug_span!(
+            "write",
+            op,
+            table = self.spec.name,
+            id = %RawId::new(T::KIND, key),
+            %version,
+        )
+    }
+
     /// Tells the other nodes (broadcast, durable; tracking needs nothing:
     /// the server tells them). If that, or the write's L2 part (`stored`),
     /// failed, the write is kept for delivery once the server is back.
@@ -505,9 +536,15 @@ impl<T: Cached> Table<T> {
         if stored && sent.is_ok() {
             // It supersedes what an older write of `key` left undelivered.
             self.backlog.delivered(key, version.payload());
+            tracing::debug!("write delivered: L2 and the announcement, if any");
         } else {
             self.backlog.keep(key, version.payload());
             self.backlog_kick.notify_one();
+            tracing::debug!(
+                stored,
+                sent = sent.is_ok(),
+                "kept for delivery once L2 is back"
+            );
         }
         match (self.spec.coherence, sent) {
             (_, Ok(())) => Ok(()),
@@ -534,6 +571,7 @@ impl<T: Cached> Table<T> {
             return true;
         }
         let undelivered = self.backlog.undelivered();
+        let (writes, flush) = (undelivered.writes.len(), undelivered.flush.is_some());
         for (key, version) in undelivered.writes {
             let version = RawId::new(T::KIND, version);
             if tier.drop(key, &version, &self.counters).await.is_err()
@@ -552,6 +590,12 @@ impl<T: Cached> Table<T> {
             self.backlog.flushed(flush);
         }
         Counters::bump(&self.counters.redeliveries);
+        tracing::info!(
+            table = self.spec.name,
+            writes,
+            flush,
+            "delivered the writes kept while L2 was away"
+        );
         true
     }
 
@@ -569,22 +613,38 @@ impl<T: Cached> Table<T> {
             .overtake(key, || self.rows.remove_older(key, version));
         self.rows.collect_if_due();
         Counters::bump(&self.counters.invalidations);
+        tracing::debug!(
+            table = self.spec.name,
+            id = %RawId::new(T::KIND, key),
+            version = version.map(|v| tracing::field::display(RawId::new(T::KIND, v))),
+            "invalidation applied"
+        );
     }
 
     /// The invalidation channel is lost: invalidations may be missed from
     /// now on, so drop every row and keep none until it is back.
     pub(crate) fn distrust(&self) {
-        self.trusted.store(false, Relaxed);
+        let was = self.trusted.swap(false, Relaxed);
         self.flush();
         self.readiness.changed();
+        if was {
+            tracing::warn!(
+                table = self.spec.name,
+                "invalidation channel lost: L1 flushed, reads bypass it until it is back"
+            );
+        }
     }
 
     /// The invalidation channel is (back) up: flights that read during the
     /// gap are overtaken, and L1 keeps rows again.
     pub(crate) fn trust(&self) {
-        self.flights
-            .overtake_all(|| self.trusted.store(true, Relaxed));
+        let was = self
+            .flights
+            .overtake_all(|| self.trusted.swap(true, Relaxed));
         self.readiness.changed();
+        if !was {
+            tracing::info!(table = self.spec.name, "invalidation channel up: L1 in use");
+        }
     }
 
     /// Drops every row; no flight under way will install, and the next
@@ -625,6 +685,7 @@ impl<T: Cached> Target for Table<T> {
 
     fn flush(&self) {
         Table::flush(self);
+        tracing::debug!(table = self.spec.name, "L1 flushed by the coherence lane");
     }
 
     fn apply(&self, key: u64, version: Option<u64>) {
@@ -655,6 +716,11 @@ impl<T: Cached> AnyTable for Table<T> {
 
     fn undelivered(&self) -> bool {
         !self.backlog.is_empty()
+    }
+
+    #[cfg(feature = "metrics")]
+    fn publish_metrics(&self) {
+        self.labels.publish(&self.stats());
     }
 
     fn info(&self) -> TableInfo {
@@ -740,15 +806,44 @@ struct Landing<T: Cached> {
     key: u64,
     token: u64,
     answer: watch::Sender<Answer<T>>,
+    started: Instant,
+    /// The flight's `tracing` span (disabled unless a subscriber wants it).
+    span: Span,
 }
 
 impl<T: Cached> Landing<T> {
+    fn new(
+        table: Arc<Table<T>>,
+        key: u64,
+        token: u64,
+        answer: watch::Sender<Answer<T>>,
+    ) -> Landing<T> {
+        let span = tracing::debug_span!(
+            "flight",
+            table = table.spec.name,
+            id = %RawId::new(T::KIND, key),
+            source = field::Empty,
+            outcome = field::Empty,
+            error = field::Empty,
+            duration = field::Empty,
+        );
+        Landing {
+            table: Some(table),
+            key,
+            token,
+            answer,
+            started: Instant::now(),
+            span,
+        }
+    }
+
     /// Resolves the key within the table's deadline and lands, whatever
     /// happens on the way. Past the deadline the resolution is dropped
     /// (cancelled where it awaits), so its late result goes nowhere.
     async fn fly(mut self) {
         let table = Arc::clone(self.table.as_ref().expect("lands once"));
-        let resolved = AssertUnwindSafe(table.resolve(self.key)).catch_unwind();
+        let resolved = table.resolve(self.key).instrument(self.span.clone());
+        let resolved = AssertUnwindSafe(resolved).catch_unwind();
         let deadline = table.load_timeout;
         let outcome = match tokio::time::timeout(deadline, resolved).await {
             Ok(Ok(outcome)) => outcome,
@@ -761,9 +856,83 @@ impl<T: Cached> Landing<T> {
         self.land(outcome);
     }
 
+    /// Lands `outcome`, then tells the span and the flight histogram.
     fn land(&mut self, outcome: Result<Fetched<T>, Error>) {
-        if let Some(table) = self.table.take() {
-            table.land(self.key, self.token, outcome, &self.answer);
+        let Some(table) = self.table.take() else {
+            return;
+        };
+        if let Err(error) = &outcome
+            && !error.is_not_found()
+        {
+            self.span.record("error", field::display(error));
+        }
+        let ended = table.land(self.key, self.token, outcome, &self.answer);
+        let took = self.started.elapsed();
+        if let Some(source) = ended.source() {
+            self.span.record("source", source);
+        }
+        self.span.record("outcome", ended.outcome());
+        self.span.record("duration", field::debug(took));
+        tracing::debug!(parent: &self.span, "flight landed");
+        #[cfg(feature = "metrics")]
+        table.labels.flight(ended.metric(), took);
+    }
+}
+
+/// How a flight ended: what its counter, its span and its metrics say.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Ended {
+    L2,
+    Fill,
+    NotFound,
+    LoadTimeout,
+    /// The loader failed (or there is none).
+    LoadError,
+    /// The loader panicked, or the flight was dropped before it answered.
+    Crashed,
+}
+
+impl Ended {
+    fn of<T>(outcome: &Result<Fetched<T>, Error>) -> Ended {
+        match outcome {
+            Ok(fetched) if fetched.source() == Source::L2 => Ended::L2,
+            Ok(_) => Ended::Fill,
+            Err(Error::NotFound { .. }) => Ended::NotFound,
+            Err(Error::LoadTimeout { .. }) => Ended::LoadTimeout,
+            Err(Error::FlightCrashed { .. }) => Ended::Crashed,
+            Err(_) => Ended::LoadError,
+        }
+    }
+
+    /// Where the value came from, if there is one.
+    fn source(self) -> Option<&'static str> {
+        match self {
+            Ended::L2 => Some("l2"),
+            Ended::Fill => Some("fill"),
+            _ => None,
+        }
+    }
+
+    fn outcome(self) -> &'static str {
+        match self {
+            Ended::L2 | Ended::Fill => "ok",
+            Ended::NotFound => "not_found",
+            Ended::LoadTimeout => "load_timeout",
+            Ended::LoadError => "load_error",
+            Ended::Crashed => "crashed",
+        }
+    }
+
+    /// The `source` label of its metrics (a crash counts as a load error,
+    /// as in [`Stats::load_errors`]).
+    #[cfg(feature = "metrics")]
+    fn metric(self) -> &'static str {
+        match self {
+            Ended::L2 => "l2",
+            Ended::Fill => "fill",
+            Ended::NotFound => "not_found",
+            Ended::LoadTimeout => "load_timeout",
+            Ended::LoadError | Ended::Crashed => "load_error",
         }
     }
 }

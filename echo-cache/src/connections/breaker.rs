@@ -38,13 +38,16 @@ impl Breaker {
         self.allow_at(self.now_ms())
     }
 
-    pub(crate) fn success(&self) {
+    /// Records a success; whether it closed the breaker.
+    pub(crate) fn success(&self) -> bool {
         self.failures.store(0, Relaxed);
-        self.open.store(false, Relaxed);
+        // Read first: the common case (closed) writes nothing more.
+        self.open.load(Relaxed) && self.open.swap(false, Relaxed)
     }
 
-    pub(crate) fn failure(&self) {
-        self.failure_at(self.now_ms());
+    /// Records a failure; whether it opened the breaker.
+    pub(crate) fn failure(&self) -> bool {
+        self.failure_at(self.now_ms())
     }
 
     /// Whether the breaker is refusing operations.
@@ -70,12 +73,18 @@ impl Breaker {
                 .is_ok()
     }
 
-    fn failure_at(&self, now: u64) {
+    fn failure_at(&self, now: u64) -> bool {
         let failures = self.failures.fetch_add(1, Relaxed) + 1;
-        if failures >= TRIP_AFTER && !self.open.swap(true, Relaxed) {
+        let opened = failures >= TRIP_AFTER && !self.open.swap(true, Relaxed);
+        if opened {
             self.probe_at
                 .store(now.saturating_add(self.probe_every_ms), Relaxed);
         }
+        opened
+    }
+
+    pub(crate) fn probe_every(&self) -> Duration {
+        Duration::from_millis(self.probe_every_ms)
     }
 
     fn now_ms(&self) -> u64 {
@@ -90,18 +99,19 @@ mod tests {
     #[test]
     fn trips_then_probes_once_per_interval_and_recovers() {
         let breaker = Breaker::new(Duration::from_millis(100));
-        for _ in 0..TRIP_AFTER {
+        for failure in 1..=TRIP_AFTER {
             assert!(breaker.allow_at(0));
-            breaker.failure_at(0);
+            assert_eq!(breaker.failure_at(0), failure == TRIP_AFTER, "opens once");
         }
         assert!(breaker.is_open());
         assert!(!breaker.allow_at(99), "no probe before the interval");
         assert!(breaker.allow_at(100), "one probe once it passed");
         assert!(!breaker.allow_at(100), "only one probe per interval");
-        breaker.failure_at(100);
+        assert!(!breaker.failure_at(100), "already open");
         assert!(!breaker.allow_at(150));
         assert!(breaker.allow_at(200), "the next interval probes again");
-        breaker.success();
+        assert!(breaker.success(), "closes");
+        assert!(!breaker.success(), "already closed");
         assert!(!breaker.is_open());
         assert!(breaker.allow_at(200) && breaker.allow_at(200));
     }

@@ -162,7 +162,26 @@ impl Server {
     /// The server answered on another connection (the coherence lanes'):
     /// it is back, whatever the breaker thought.
     pub(crate) fn answered(&self) {
-        self.breaker.success();
+        self.succeeded();
+    }
+
+    /// Feeds the breaker a success, and says when it closes.
+    fn succeeded(&self) {
+        if self.breaker.success() {
+            tracing::info!(server = %self.seed.addr(), "L2 answers again: breaker closed");
+        }
+    }
+
+    /// Feeds the breaker a failure, and says when it opens.
+    fn failed(&self) {
+        if self.breaker.failure() {
+            tracing::warn!(
+                server = %self.seed.addr(),
+                "L2 is not answering: breaker open, fetches go to the loader, \
+                 one probe every {:?}",
+                self.breaker.probe_every()
+            );
+        }
     }
 
     /// Sends a PING whatever the breaker says (feeding it the outcome):
@@ -177,9 +196,9 @@ impl Server {
         };
         let answered = matches!(tokio::time::timeout(self.timeout, ping).await, Ok(Ok(_)));
         if answered {
-            self.breaker.success();
+            self.succeeded();
         } else {
-            self.breaker.failure();
+            self.failed();
         }
         answered
     }
@@ -358,20 +377,20 @@ impl Server {
         };
         match tokio::time::timeout(self.timeout, attempt).await {
             Ok(Ok(reply)) => {
-                self.breaker.success();
+                self.succeeded();
                 Ok(reply)
             }
             Ok(Err(error)) => {
                 if is_outage(&error) {
-                    self.breaker.failure();
+                    self.failed();
                 } else {
                     // The server answered, with an error of its own.
-                    self.breaker.success();
+                    self.succeeded();
                 }
                 Err(Failure::Redis(error))
             }
             Err(_) => {
-                self.breaker.failure();
+                self.failed();
                 Err(Failure::Timeout)
             }
         }

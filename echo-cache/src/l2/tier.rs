@@ -26,6 +26,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redis::Cmd;
+use tracing::{Instrument, Span, field};
 
 use super::frame::{self, Frame, HEADER};
 use super::script::{DROP_OLDER, WRITE_IF_NEWER};
@@ -132,6 +133,30 @@ impl<T: Cached> Tier<T> {
     /// What L2 holds for `key`. Failures and bad frames are counted and
     /// answered as [`Found::Nothing`]: the flight goes on to the loader.
     pub(crate) async fn read(&self, key: u64, counters: &Counters) -> Found<T> {
+        let span = self.span("read", key);
+        let found = self.read_in(key, counters).instrument(span.clone()).await;
+        let outcome = match &found {
+            Found::Nothing => "nothing",
+            Found::Bad => "bad",
+            Found::Value(..) => "value",
+        };
+        span.record("outcome", outcome);
+        found
+    }
+
+    /// The span of an L2 operation on `key`; its `outcome` is recorded when
+    /// it is done.
+    fn span(&self, op: &'static str, key: u64) -> Span {
+        tracing::debug_span!(
+            "l2",
+            op,
+            table = self.spec.name(),
+            id = %RawId::new(T::KIND, key),
+            outcome = field::Empty,
+        )
+    }
+
+    async fn read_in(&self, key: u64, counters: &Counters) -> Found<T> {
         let id_key = self.key(key);
         let get = Cmd::new().arg("GET").arg(&id_key).clone();
         let frame: Option<Vec<u8>> = match self.server.query(self.lane(&id_key), get).await {
@@ -142,6 +167,7 @@ impl<T: Cached> Tier<T> {
             }
             Err(failure) => {
                 Counters::bump(&counters.l2_errors);
+                tracing::debug!(%failure, "L2 read failed");
                 self.read_warning
                     .emit(|n| self.warn_failure("read", &failure, n));
                 return Found::Nothing;
@@ -248,6 +274,12 @@ impl<T: Cached> Tier<T> {
     /// for the writes a node could not keep track of (see `backlog`). Scans
     /// the table's keys in batches, each checked and written by one script.
     pub(crate) async fn drop_older(&self, version: &RawId) -> Result<(), Failure> {
+        let span =
+            tracing::debug_span!("l2", op = "drop_older", table = self.spec.name(), %version);
+        self.drop_older_in(version).instrument(span).await
+    }
+
+    async fn drop_older_in(&self, version: &RawId) -> Result<(), Failure> {
         // The node of the table's slot, or, spread, every master.
         let nodes = match self.spec.placement() {
             Placement::Table => vec![self.slot],
@@ -302,6 +334,32 @@ impl<T: Cached> Tier<T> {
     }
 
     async fn put_frame(
+        &self,
+        key: u64,
+        frame: &[u8],
+        ttl_ms: u64,
+        how: How,
+        counters: &Counters,
+    ) -> Result<(), Failure> {
+        // A tombstone is a bare version.
+        let op = if frame.len() == crate::ID_LEN {
+            "drop"
+        } else {
+            "write"
+        };
+        let span = self.span(op, key);
+        let written = (self.put_frame_in(key, frame, ttl_ms, how, counters))
+            .instrument(span.clone())
+            .await;
+        if let Err(failure) = &written {
+            span.record("outcome", field::display(failure));
+        } else {
+            span.record("outcome", "ok");
+        }
+        written
+    }
+
+    async fn put_frame_in(
         &self,
         key: u64,
         frame: &[u8],
