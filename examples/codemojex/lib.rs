@@ -124,6 +124,10 @@ pub async fn run(workshop: Workshop) -> Result<Report, Failure> {
         workshop.stop_server,
     )
     .await?;
+    // The caches publish their metrics every second by themselves; a
+    // scrape of `--metrics` after the run sees its final counts.
+    a.cache.publish_metrics();
+    b.cache.publish_metrics();
     Ok(Report {
         declared,
         hit,

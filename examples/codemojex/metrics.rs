@@ -1,5 +1,8 @@
-//! `--metrics ADDR`: the cache's metrics (the `metrics` facade) on a
-//! Prometheus endpoint, `GET /metrics`.
+//! `--metrics ADDR`: the caches' metrics (the `metrics` facade, which
+//! echo-cache publishes to with its `metrics` feature) on a Prometheus
+//! endpoint, `GET /metrics`: a series per table and node, e.g.
+//! `echo_cache_fetches_total{table="cm_games",node="a",source="hit"}`, and
+//! the flight times as a summary, `echo_cache_flight_seconds`.
 
 use std::net::SocketAddr;
 
