@@ -15,7 +15,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use metrics::{Label, SharedString, Unit};
+use metrics::{Key, Label, Level, Metadata, SharedString, Unit};
 
 use crate::stats::Stats;
 
@@ -105,45 +105,86 @@ const COUNTERS: [(&str, &str, Count); 12] = [
     ),
 ];
 
-/// The labels every metric of one table carries: `table`, and `node` if
-/// the cache was given a node name.
-#[derive(Clone)]
-pub(crate) struct Labels(Arc<[Label]>);
+/// Where the cache's metrics come from, for recorders that filter on it.
+static METADATA: Metadata<'static> =
+    Metadata::new(module_path!(), Level::INFO, Some(module_path!()));
 
-impl Labels {
-    pub(crate) fn new(table: &'static str, node: Option<&Arc<str>>) -> Labels {
+/// The keys (name and labels) of one table's metrics, made once when the
+/// table opens: publishing and timing a flight build no key, allocate
+/// nothing. Every key is labelled `table`, and `node` if the cache was
+/// given a node name.
+pub(crate) struct Keys {
+    /// [`FETCHES`] by `source`, in [`SOURCES`] order.
+    fetches: Vec<Key>,
+    /// [`FLIGHT_SECONDS`] by `source`, in [`SOURCES`] order from `l2` on
+    /// (a flight's outcomes).
+    flights: Vec<Key>,
+    /// In [`COUNTERS`] order.
+    counters: Vec<Key>,
+    rows: Key,
+    in_flight: Key,
+}
+
+/// Where the flights' outcomes start in [`SOURCES`].
+const FIRST_OUTCOME: usize = 2;
+
+impl Keys {
+    pub(crate) fn new(table: &'static str, node: Option<&Arc<str>>) -> Keys {
         let mut labels = vec![Label::from_static_parts("table", table)];
         if let Some(node) = node {
             labels.push(Label::new("node", SharedString::from(Arc::clone(node))));
         }
-        Labels(labels.into())
-    }
-
-    /// These labels and `source`.
-    fn with_source(&self, source: &'static str) -> Vec<Label> {
-        let mut labels = self.0.to_vec();
-        labels.push(Label::from_static_parts("source", source));
-        labels
+        let key = |name: &'static str| Key::from_parts(name, labels.clone());
+        let by_source = |name: &'static str, sources: &[(&'static str, Count)]| {
+            let with = |source| {
+                let mut labels = labels.clone();
+                labels.push(Label::from_static_parts("source", source));
+                Key::from_parts(name, labels)
+            };
+            sources.iter().map(|&(source, _)| with(source)).collect()
+        };
+        Keys {
+            fetches: by_source(FETCHES, &SOURCES),
+            flights: by_source(FLIGHT_SECONDS, &SOURCES[FIRST_OUTCOME..]),
+            counters: COUNTERS.iter().map(|&(name, _, _)| key(name)).collect(),
+            rows: key(ROWS),
+            in_flight: key(IN_FLIGHT),
+        }
     }
 
     /// Publishes the totals of `stats`.
     pub(crate) fn publish(&self, stats: &Stats) {
-        for (source, count) in SOURCES {
-            metrics::counter!(FETCHES, self.with_source(source)).absolute(count(stats));
-        }
-        for (name, _, count) in COUNTERS {
-            metrics::counter!(name, self.0.iter()).absolute(count(stats));
-        }
-        #[allow(clippy::cast_precision_loss)] // exact below 2^53 rows
-        {
-            metrics::gauge!(ROWS, self.0.iter()).set(stats.size as f64);
-            metrics::gauge!(IN_FLIGHT, self.0.iter()).set(stats.in_flight as f64);
-        }
+        metrics::with_recorder(|recorder| {
+            let counter = |key, count| recorder.register_counter(key, &METADATA).absolute(count);
+            for (key, (_, count)) in self.fetches.iter().zip(SOURCES) {
+                counter(key, count(stats));
+            }
+            for (key, (_, _, count)) in self.counters.iter().zip(COUNTERS) {
+                counter(key, count(stats));
+            }
+            #[allow(clippy::cast_precision_loss)] // exact below 2^53 rows
+            let gauges = [
+                (&self.rows, stats.size as f64),
+                (&self.in_flight, stats.in_flight as f64),
+            ];
+            for (key, value) in gauges {
+                recorder.register_gauge(key, &METADATA).set(value);
+            }
+        });
     }
 
-    /// Records the time a flight took, by its outcome (a [`SOURCES`] name).
+    /// Records the time a flight took, by its outcome (a [`SOURCES`] name
+    /// from `l2` on).
     pub(crate) fn flight(&self, outcome: &'static str, took: Duration) {
-        metrics::histogram!(FLIGHT_SECONDS, self.with_source(outcome)).record(took);
+        let at = SOURCES[FIRST_OUTCOME..]
+            .iter()
+            .position(|&(source, _)| source == outcome)
+            .expect("a flight's outcome is a source");
+        metrics::with_recorder(|recorder| {
+            recorder
+                .register_histogram(&self.flights[at], &METADATA)
+                .record(took);
+        });
     }
 }
 

@@ -376,8 +376,11 @@
 //!
 //! - a `flight` span (DEBUG) around each flight, with its `id`, its
 //!   `source` (`l2`, `fill`), `outcome` (`ok`, `not_found`, `load_error`,
-//!   `load_timeout`, `crashed`), the `error` if any and its `duration`; a
-//!   `flight landed` event closes it, and the loader runs inside it;
+//!   `load_timeout`, `crashed`), the `error` if any and its `duration`,
+//!   recorded as it lands, with a `flight landed` event; the L2 read, the
+//!   loader and the L2 write run inside it. With no subscriber listening
+//!   at DEBUG, the span is skipped at its level check and the flight does
+//!   not even read the clock (unless the `metrics` feature times it);
 //! - an `l2` span (DEBUG) around each L2 operation (`op`: `read`, `write`,
 //!   `drop`, `drop_older`) with its `outcome`;
 //! - a `write` span (DEBUG) around each `put` and `invalidate` (`op`,

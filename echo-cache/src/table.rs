@@ -30,6 +30,7 @@ use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
 use tokio::runtime::Handle;
 use tokio::sync::{Notify, watch};
+use tracing::instrument::Instrumented;
 use tracing::{Instrument, Span, field};
 
 use crate::backlog::Backlog;
@@ -182,7 +183,7 @@ pub(crate) fn open<T: Cached>(decl: &'static Declaration, shared: &Shared) -> Op
         backlog: Backlog::new(shared.backlog_limit),
         backlog_kick: Arc::clone(&shared.backlog_kick),
         #[cfg(feature = "metrics")]
-        labels: crate::export::Labels::new(decl.spec.name, shared.metrics_node.as_ref()),
+        metrics: crate::export::Keys::new(decl.spec.name, shared.metrics_node.as_ref()),
     }))
 }
 
@@ -211,9 +212,9 @@ pub(crate) struct Table<T> {
     backlog: Backlog,
     /// Wakes the task that delivers backlogs.
     backlog_kick: Arc<Notify>,
-    /// The labels of the table's metrics.
+    /// The keys of the table's metrics.
     #[cfg(feature = "metrics")]
-    labels: crate::export::Labels,
+    metrics: crate::export::Keys,
 }
 
 impl<T: Cached> Table<T> {
@@ -273,7 +274,7 @@ impl<T: Cached> Table<T> {
                 Counters::bump(&self.counters.running);
                 let sender = sender.take().expect("a new flight's sender");
                 let landing = Landing::new(Arc::clone(&self), key, token, sender);
-                let flight = Detachable::new(landing.fly(), runtime.clone());
+                let flight = Detachable::new(landing.launch(), runtime.clone());
                 if in_runtime {
                     (answer, Some(flight))
                 } else {
@@ -720,7 +721,7 @@ impl<T: Cached> AnyTable for Table<T> {
 
     #[cfg(feature = "metrics")]
     fn publish_metrics(&self) {
-        self.labels.publish(&self.stats());
+        self.metrics.publish(&self.stats());
     }
 
     fn info(&self) -> TableInfo {
@@ -762,14 +763,17 @@ impl<T: Cached> AnyTable for Table<T> {
 /// up (times out, or is dropped): then it is handed to the runtime as its
 /// own task, so it still lands and answers the other waiters.
 struct Detachable {
-    flight: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
+    flight: Option<Flight>,
     runtime: Handle,
 }
 
+/// A launched flight: boxed, and run in its span.
+type Flight = Instrumented<Pin<Box<dyn Future<Output = ()> + Send>>>;
+
 impl Detachable {
-    fn new(flight: impl Future<Output = ()> + Send + 'static, runtime: Handle) -> Detachable {
+    fn new(flight: Flight, runtime: Handle) -> Detachable {
         Detachable {
-            flight: Some(Box::pin(flight)),
+            flight: Some(flight),
             runtime,
         }
     }
@@ -782,7 +786,7 @@ impl Future for Detachable {
         let Some(flight) = self.flight.as_mut() else {
             return Poll::Ready(());
         };
-        let landed = flight.as_mut().poll(cx);
+        let landed = Pin::new(flight).poll(cx);
         if landed.is_ready() {
             self.flight = None;
         }
@@ -806,7 +810,9 @@ struct Landing<T: Cached> {
     key: u64,
     token: u64,
     answer: watch::Sender<Answer<T>>,
-    started: Instant,
+    /// When it started, if its span or its metrics want its duration:
+    /// reading the clock is not free.
+    started: Option<Instant>,
     /// The flight's `tracing` span (disabled unless a subscriber wants it).
     span: Span,
 }
@@ -827,14 +833,24 @@ impl<T: Cached> Landing<T> {
             error = field::Empty,
             duration = field::Empty,
         );
+        let timed = cfg!(feature = "metrics") || !span.is_disabled();
         Landing {
             table: Some(table),
             key,
             token,
             answer,
-            started: Instant::now(),
+            started: timed.then(Instant::now),
             span,
         }
+    }
+
+    /// The flight, ready to be driven or spawned: boxed, then run in its
+    /// span (wrapping the box, not the flight, so that the span costs no
+    /// copy of the flight's state, which is large).
+    fn launch(self) -> Flight {
+        let span = self.span.clone();
+        let flight: Pin<Box<dyn Future<Output = ()> + Send>> = Box::pin(self.fly());
+        flight.instrument(span)
     }
 
     /// Resolves the key within the table's deadline and lands, whatever
@@ -842,8 +858,7 @@ impl<T: Cached> Landing<T> {
     /// (cancelled where it awaits), so its late result goes nowhere.
     async fn fly(mut self) {
         let table = Arc::clone(self.table.as_ref().expect("lands once"));
-        let resolved = table.resolve(self.key).instrument(self.span.clone());
-        let resolved = AssertUnwindSafe(resolved).catch_unwind();
+        let resolved = AssertUnwindSafe(table.resolve(self.key)).catch_unwind();
         let deadline = table.load_timeout;
         let outcome = match tokio::time::timeout(deadline, resolved).await {
             Ok(Ok(outcome)) => outcome,
@@ -867,7 +882,9 @@ impl<T: Cached> Landing<T> {
             self.span.record("error", field::display(error));
         }
         let ended = table.land(self.key, self.token, outcome, &self.answer);
-        let took = self.started.elapsed();
+        let Some(took) = self.started.map(|started| started.elapsed()) else {
+            return;
+        };
         if let Some(source) = ended.source() {
             self.span.record("source", source);
         }
@@ -875,7 +892,7 @@ impl<T: Cached> Landing<T> {
         self.span.record("duration", field::debug(took));
         tracing::debug!(parent: &self.span, "flight landed");
         #[cfg(feature = "metrics")]
-        table.labels.flight(ended.metric(), took);
+        table.metrics.flight(ended.metric(), took);
     }
 }
 
