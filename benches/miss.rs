@@ -153,7 +153,7 @@ fn main() {
     let mut group = criterion.benchmark_group("miss");
     for (name, time) in &lines {
         let name = name.trim_start_matches("miss/");
-        group.bench_function(name, |b| b.iter_custom(|iters| time(iters)));
+        group.bench_function(name, |b| b.iter_custom(time));
     }
     group.finish();
     criterion.final_summary();

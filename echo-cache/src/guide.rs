@@ -123,6 +123,11 @@
 //! In the workshop, the scorer's loop shows per table how many guesses were
 //! served from L1, from L2 and from the store, next to the store's own read
 //! counter: after the first guess of a game, the store is not read again.
+//! The same counters, with the `metrics` feature, go to whatever exporter
+//! the program installs ([Metrics](crate#metrics)): `--serve --metrics
+//! 127.0.0.1:9898` serves them on a Prometheus endpoint, a series per
+//! table and node, e.g.
+//! `echo_cache_fetches_total{table="cm_games",node="a",source="hit"}`.
 //!
 //! # Move 3 — survive
 //!
@@ -247,7 +252,7 @@
 //! - `examples/codemojex/` reads as a small service: `model.rs` (the
 //!   declarations), `store.rs` (`SQLite`), `node.rs` (a cache and its
 //!   loaders, with a counted fallback to the store when the cache errs),
-//!   `moves.rs` (the narration) and `serve.rs` (the `--serve` load
-//!   generator).
+//!   `moves.rs` (the narration), `serve.rs` (the `--serve` load
+//!   generator) and `metrics.rs` (the `--metrics` endpoint).
 //! - The [crate docs](crate) hold the reference: every declaration key,
 //!   L2, the cluster, coherence and the guarantees with their figures.
