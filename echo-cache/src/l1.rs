@@ -10,8 +10,8 @@
 //!   beside the slots, its mark (below). A hit is a short chain of
 //!   dependent loads (shard → slot → the `Arc`'s count), which is what it
 //!   costs once the `Arc`'s atomic increment orders everything.
-//! - Arrays hold `m · 2^e` slots (`m` from 8 to 15): sized to the rows a
-//!   shard holds, at most 12.5 % over, rather than to the next power of
+//! - Arrays hold `m · 2^e` slots (`m` from 16 to 31): sized to the rows a
+//!   shard holds, at most 6.25 % over, rather than to the next power of
 //!   two (up to 100 % over). A key's probe starts at its hash's low half
 //!   scaled to the slot count (a multiply, not a mask).
 //! - A slot is claimed by one key for the life of its array (a removed row
@@ -82,8 +82,8 @@ type Hasher = foldhash::quality::FixedState;
 /// sixteenth of the table.
 const SHARD_BITS: u32 = 4;
 const SHARDS: usize = 1 << SHARD_BITS;
-/// Slots of a shard's first array.
-const MIN_SLOTS: usize = 8;
+/// Slots of a shard's first array (the least `m · 2^e`, see [`tag`]).
+const MIN_SLOTS: usize = 16;
 /// Expiries are kept in the top 40 bits of a slot's stamp (34 years of
 /// milliseconds on the cache's clock, which starts at 0; later is "never");
 /// the low 24 bits count its writes, two per write (odd while under way).
@@ -164,30 +164,30 @@ struct Array<T> {
     capacity: usize,
 }
 
-/// Alignment of arrays: eight free low bits, for the [`tag`] of any
-/// capacity up to `15 · 2^31` slots.
-const ARRAY_ALIGN: usize = 256;
+/// Alignment of arrays: nine free low bits, for the [`tag`] of any
+/// capacity below `2^32` slots.
+const ARRAY_ALIGN: usize = 512;
 
-/// The slot count `m · 2^e` (`m` from 8 to 15) as `e << 3 | (m - 8)`.
+/// The slot count `m · 2^e` (`m` from 16 to 31) as `e << 4 | (m - 16)`.
 fn tag(capacity: usize) -> usize {
-    let e = (usize::BITS - 4).saturating_sub(capacity.leading_zeros());
+    let e = (usize::BITS - 5).saturating_sub(capacity.leading_zeros());
     let m = capacity >> e;
-    debug_assert!((8..16).contains(&m) && m << e == capacity);
-    (e as usize) << 3 | (m - 8)
+    debug_assert!((16..32).contains(&m) && m << e == capacity);
+    (e as usize) << 4 | (m - 16)
 }
 
 /// The slot count of a [`tag`].
 #[inline]
 fn untag(tag: usize) -> usize {
-    (8 | (tag & 7)) << (tag >> 3)
+    (16 | (tag & 15)) << (tag >> 4)
 }
 
-/// The least slot count `m · 2^e` (`m` from 8 to 15) of at least `slots`.
+/// The least slot count `m · 2^e` (`m` from 16 to 31) of at least `slots`.
 fn capacity_for(slots: usize) -> usize {
     let slots = slots.max(MIN_SLOTS);
-    let e = usize::BITS - 4 - slots.leading_zeros();
+    let e = usize::BITS - 5 - slots.leading_zeros();
     let m = slots.div_ceil(1 << e);
-    let capacity = if m == 16 { 8 << (e + 1) } else { m << e };
+    let capacity = if m == 32 { 16 << (e + 1) } else { m << e };
     assert!(
         u32::try_from(capacity).is_ok(),
         "an L1 shard holds fewer than 2^32 slots"
@@ -648,12 +648,12 @@ impl<T> Rows<T> {
     }
 
     /// Slots for an array of `rows` rows: twice them, to grow into, but no
-    /// more than a shard's share of `max_size` needs, and at least 5/3 of
-    /// them (60 % full: room for the tombstones a full table's evictions
-    /// leave before the next rebuild sweeps them).
+    /// more than a shard's share of `max_size` needs, and at least 8/5 of
+    /// them (62.5 % full: room for the tombstones a full table's evictions
+    /// leave, an eighth of the slots, before the next rebuild sweeps them).
     fn slots_for(&self, rows: usize) -> usize {
-        let full = self.share.saturating_mul(5) / 3;
-        capacity_for((rows * 2).min(full).max(rows * 5 / 3 + 1))
+        let full = self.share.saturating_mul(8) / 5;
+        capacity_for((rows * 2).min(full).max(rows * 8 / 5 + 1))
     }
 
     /// Moves the rows of `shard` (and their marks) to a new array with room

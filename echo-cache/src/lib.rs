@@ -144,7 +144,7 @@
 //!   of cold rows admits an id on its second miss, a scan of one-off ids
 //!   evicts nothing, and a loop a little larger than the table keeps most
 //!   of it. An evicted value is dropped like any removed value: outside
-//!   every lock, once no reader can hold it. The sketch costs 16 bytes per
+//!   every lock, once no reader can hold it. The sketch costs 12 bytes per
 //!   row of `max_size`, allocated when the table first fills; the hit
 //!   ratios against moka and `quick_cache` are in `benches/hit_ratio.rs`.
 //! - **`none`**: the seed's rule. A full table keeps what it has: new rows

@@ -212,31 +212,31 @@ fn a_full_table_that_evicts_spares_read_rows_and_admits_ids_asked_for_twice() {
 
 #[test]
 fn a_shard_emptied_and_filled_again_turns_its_hand_in_its_new_array() {
-    let rows = table(8, Eviction::Hot);
-    let keys = shard_mates(&rows, 1, 40);
+    let rows = table(16, Eviction::Hot);
+    let keys = shard_mates(&rows, 1, 80);
     let shard = rows.locate(1).0;
-    // Eight rows in one shard (an array of 12 slots); one-off ids, each
-    // declined, turn the hand past slot 8.
-    for &key in &keys[..8] {
+    // Sixteen rows in one shard (an array of more than 16 slots); one-off
+    // ids, each declined, turn the hand past slot 16.
+    for &key in &keys[..16] {
         assert!(rows.insert(key, row(key, 1, 100), 0).is_ok());
     }
-    let mut one_offs = keys[8..].iter();
-    while shard.lock().hand < 8 {
+    let mut one_offs = keys[16..].iter();
+    while shard.lock().hand < 16 {
         let &key = one_offs.next().expect("the hand turns");
         assert!(rows.insert(key, row(key, 1, 100), 0).is_err());
     }
     rows.clear();
-    // Four rows in that shard (an array of 8 slots), four in another: the
-    // table is full, and the shard's hand must turn in its new array.
+    // Four rows in that shard (an array of 16 slots), twelve in others:
+    // the table is full, and the shard's hand must turn in its new array.
     let others = (2..).filter(|&k| !ptr::eq(rows.locate(k).0, shard));
-    for key in keys[30..34].iter().copied().chain(others.take(4)) {
+    for key in keys[70..74].iter().copied().chain(others.take(12)) {
         assert!(rows.insert(key, row(key, 1, 100), 0).is_ok());
     }
     assert!(rows.is_full());
-    let new = keys[34];
+    let new = keys[74];
     let asked = (1..=8).find(|_| rows.insert(new, row(new, 1, 100), 0).is_ok());
     assert!(asked.is_some(), "an id asked for again and again is kept");
-    assert_eq!((rows.len(), rows.evictions()), (8, 1));
+    assert_eq!((rows.len(), rows.evictions()), (16, 1));
 }
 
 #[test]
@@ -299,24 +299,25 @@ fn churn_keeps_the_size_bound_and_every_row_readable() {
 }
 
 #[test]
-fn slot_counts_are_eight_steps_of_a_power_of_two() {
+fn slot_counts_are_sixteen_steps_of_a_power_of_two() {
     for (asked, capacity) in [
-        (0, 8),
-        (8, 8),
-        (9, 9),
+        (0, 16),
         (16, 16),
-        (17, 18),
-        (100, 104),
-        (10_417, 11_264),
+        (17, 17),
+        (32, 32),
+        (33, 34),
+        (100, 100),
+        (10_417, 10_752),
     ] {
         assert_eq!(capacity_for(asked), capacity, "{asked}");
         assert_eq!(untag(tag(capacity)), capacity);
     }
     for asked in 1..5_000 {
         let capacity = capacity_for(asked);
-        assert!(capacity >= asked && capacity * 8 <= asked.max(8) * 9 + 8);
+        assert!(capacity >= asked && capacity * 16 <= asked.max(16) * 17 + 16);
         assert!(tag(capacity) < ARRAY_ALIGN);
     }
+    assert!(tag(capacity_for(u32::MAX as usize / 2)) < ARRAY_ALIGN);
 }
 
 /// A value that checks itself: `key << 32 | version` and its
@@ -362,9 +363,9 @@ impl Drop for Word {
 /// (`scripts/sanitize`).
 #[test]
 fn readers_see_whole_rows_while_writers_rewrite_and_free_them() {
-    // 16 shards of 8 slots hold 96 rows: more keys make them grow, and
+    // 16 shards of 16 slots hold 192 rows: more keys make them grow, and
     // regrow after each clear.
-    const KEYS: u64 = 128;
+    const KEYS: u64 = 256;
     const WRITES: u64 = if cfg!(miri) { 150 } else { 200_000 };
     const CLEAR_EVERY: u64 = if cfg!(miri) { 50 } else { 5_000 };
     let rows = rows::<Word>(usize::MAX);
@@ -490,9 +491,9 @@ fn a_rebuild_frees_the_old_array_once_the_reader_pinned_on_it_unpins() {
     let shard = rows.locate(0).0;
     let keys: Vec<u64> = (0..)
         .filter(|&key| ptr::eq(rows.locate(key).0, shard))
-        .take(7)
+        .take(13)
         .collect();
-    for &key in &keys[..6] {
+    for &key in &keys[..12] {
         assert!(rows.insert(key, absence(), 0).is_ok());
     }
     // Signals through relaxed flags: a channel, a lock or a `SeqCst`
@@ -517,8 +518,8 @@ fn a_rebuild_frees_the_old_array_once_the_reader_pinned_on_it_unpins() {
             wait(done);
         });
         wait(read);
-        // Seven claimed slots of eight: the shard's array is rebuilt.
-        assert!(rows.insert(keys[6], absence(), 0).is_ok());
+        // Thirteen claimed slots of sixteen: the shard's array is rebuilt.
+        assert!(rows.insert(keys[12], absence(), 0).is_ok());
         assert_eq!(rows.garbage.held(), 1, "the old array, alone");
         for _ in 0..10 {
             rows.collect();
@@ -635,13 +636,14 @@ mod model {
     fn a_rebuild_frees_the_array_a_reader_read_only_after_it() {
         check(|| {
             let rows = Arc::new(rows::<Word>(usize::MAX));
-            let keys = shard_mates(&rows, 1, 7);
-            for &key in &keys[..6] {
+            let keys = shard_mates(&rows, 1, 13);
+            for &key in &keys[..12] {
                 assert!(rows.insert(key, absence(1), 0).is_ok());
             }
             let reader = reader(&rows, keys[0]);
-            // Seven claimed slots of eight: the shard's array is rebuilt.
-            assert!(rows.insert(keys[6], absence(1), 0).is_ok());
+            // Thirteen claimed slots of sixteen: the shard's array is
+            // rebuilt.
+            assert!(rows.insert(keys[12], absence(1), 0).is_ok());
             assert_eq!(rows.garbage.held(), 1, "the old array, retired");
             for _ in 0..3 {
                 rows.collect();
