@@ -410,6 +410,7 @@
 //! | `echo_cache_swept_total` | counter | `table` | `swept` |
 //! | `echo_cache_sweeps_total` | counter | `table` | `sweeps` |
 //! | `echo_cache_full_skips_total` | counter | `table` | `full_skips` |
+//! | `echo_cache_evictions_total` | counter | `table` | `evictions` |
 //! | `echo_cache_invalidations_total` | counter | `table` | `invalidations` |
 //! | `echo_cache_puts_total` | counter | `table` | `puts` |
 //! | `echo_cache_l2_errors_total` | counter | `table` | `l2_errors` |
