@@ -533,13 +533,6 @@ impl<T> Rows<T> {
         if now >= stamp >> SEQ_BITS {
             return None;
         }
-        // Read: mark the row for the clock hand, unless it is marked (a
-        // load; a store once per turn of the hand).
-        // SAFETY: `i < capacity`, the marks' count.
-        let mark = unsafe { array.marks().get_unchecked(i) };
-        if mark.load(Relaxed) == 0 {
-            mark.store(1, Relaxed);
-        }
         let value = (value != absent()).then(|| {
             // SAFETY: `value` came from `Arc::into_raw`, and the pin keeps
             // that `Arc` alive even if a writer has since replaced it.
@@ -548,6 +541,15 @@ impl<T> Rows<T> {
                 Arc::from_raw(value)
             }
         });
+        // Read: mark the row for the clock hand, unless it is marked (a
+        // load; a store once per turn of the hand). After the count's
+        // increment, which (a locked instruction on x86) would otherwise
+        // wait for this load's cache line.
+        // SAFETY: `i < capacity`, the marks' count.
+        let mark = unsafe { array.marks().get_unchecked(i) };
+        if mark.load(Relaxed) == 0 {
+            mark.store(1, Relaxed);
+        }
         Some(Live { value, version })
     }
 
