@@ -73,7 +73,7 @@ use tokio::sync::watch;
 
 use super::Target;
 use super::message;
-use crate::connections::Server;
+use crate::connections::{Server, TOPOLOGY_EVERY};
 
 /// The first backoff between two sessions; it doubles up to [`MAX_BACKOFF`]
 /// while sessions fail before they are up.
@@ -241,12 +241,26 @@ impl Lane {
 
         let read = self.read_new(Some(self.settings.block));
         let mut next_cleanup = Instant::now() + self.settings.cleanup_every;
+        let mut watch = tokio::time::interval(TOPOLOGY_EVERY);
         loop {
-            let reply = query(&mut connection, "XREADGROUP", read_deadline, &read).await?;
+            // The topology is watched while the read blocks: after a
+            // failover, writes reach the new master at once, while a read
+            // blocked on the old one is redirected only by its cron.
+            let reply = {
+                let reading = query(&mut connection, "XREADGROUP", read_deadline, &read);
+                tokio::pin!(reading);
+                loop {
+                    tokio::select! {
+                        reply = &mut reading => break reply?,
+                        _ = watch.tick(), if server.is_cluster() => {
+                            if server.owner(slot).await?.name != owner.name {
+                                return Err(format!("the slot of {} moved", self.streams[0]));
+                            }
+                        }
+                    }
+                }
+            };
             self.apply_new(&mut connection, &reply).await?;
-            if server.owner(slot).await?.name != owner.name {
-                return Err(format!("the slot of {} moved", self.streams[0]));
-            }
             if Instant::now() >= next_cleanup {
                 for index in 0..self.streams.len() {
                     self.survey(&mut connection, index).await?;

@@ -31,7 +31,7 @@ use tokio::sync::{mpsc, watch};
 
 use super::Target;
 use super::message;
-use crate::connections::{NodeConnection, Server, Topology};
+use crate::connections::{NodeConnection, Server, TOPOLOGY_EVERY, Topology};
 use crate::spec::Coherence;
 
 /// Settings of the link.
@@ -191,12 +191,6 @@ async fn session(
         }
     }
 }
-
-/// How often a link on a cluster reads the topology: within this a link
-/// starts afresh after a failover (a promoted replica pushes nothing to a
-/// link that is not connected to it) and routes its tables' commands to a
-/// slot's new owner after a reshard.
-const TOPOLOGY_EVERY: Duration = Duration::from_millis(50);
 
 /// `connections`, made to `from`'s masters, with the slots each serves in
 /// `to` (the same masters).

@@ -108,7 +108,8 @@
 //! tables as for the link. Groups of nodes gone for long (every consumer
 //! idle past a retention, 24 h by default) are destroyed by the nodes that
 //! remain. Delivery bound: a live node reads a message as soon as it is
-//! appended (its read is blocked on the stream); a node that cannot read
+//! appended (its read is blocked on the stream; after a cluster failover,
+//! within the 50 ms the lane takes to see the new owner); a node that cannot read
 //! stops serving the table from L1 within the read's `BLOCK` time plus the
 //! deadline. The stale-read checker holds `durable` to the same D as the
 //! link's modes (100 ms, above).

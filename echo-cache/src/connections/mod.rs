@@ -598,6 +598,14 @@ impl ConnectionLike for Connection {
     }
 }
 
+/// How often a coherence link or a durable lane on a cluster reads the
+/// topology: within this one starts afresh after a failover (a promoted
+/// replica pushes nothing to a link not connected to it, and a lane's read
+/// blocked on the old master is redirected only by the server's cron, up
+/// to `1 / hz` = 100 ms later) and a link routes its tables' commands to a
+/// slot's new owner after a reshard.
+pub(crate) const TOPOLOGY_EVERY: Duration = Duration::from_millis(50);
+
 /// How many times an operation a cluster keeps redirecting is tried, and
 /// how long apart: a slot's owners agree within milliseconds.
 const SETTLE_ATTEMPTS: usize = 10;
