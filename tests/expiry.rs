@@ -36,9 +36,16 @@ struct Swept {
     n: u64,
 }
 
-/// Four rows at most; the sweeper runs once an hour, so only a full table's
-/// own reclaiming frees room during a test.
-#[near_cache(kind = "SML", ttl_ms = 1_000, max_size = 4, sweep_ms = 3_600_000)]
+/// Four rows at most, and a full table evicts nothing (the seed's rule);
+/// the sweeper runs once an hour, so only a full table's own reclaiming
+/// frees room during a test.
+#[near_cache(
+    kind = "SML",
+    ttl_ms = 1_000,
+    max_size = 4,
+    sweep_ms = 3_600_000,
+    eviction = "none"
+)]
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
 struct Small {
     n: u64,

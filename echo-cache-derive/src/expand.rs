@@ -19,6 +19,7 @@ pub(crate) fn expand(decl: &Decl, input: &DeriveInput) -> TokenStream {
     let (kind, ttl_ms, name) = (&decl.kind, decl.ttl_ms, &decl.name);
     let coherence = syn::Ident::new(decl.coherence, proc_macro2::Span::call_site());
     let placement = syn::Ident::new(decl.placement, proc_macro2::Span::call_site());
+    let eviction = syn::Ident::new(decl.eviction, proc_macro2::Span::call_site());
     let jitter = option(decl.jitter.map(|j| quote!(#j)));
     let max_size = option(decl.max_size.map(|m| {
         let m = proc_macro2::Literal::u64_unsuffixed(m);
@@ -58,6 +59,7 @@ pub(crate) fn expand(decl: &Decl, input: &DeriveInput) -> TokenStream {
                         load_timeout_ms: #load_timeout_ms,
                         coherence: __echo_private::Coherence::#coherence,
                         placement: __echo_private::Placement::#placement,
+                        eviction: __echo_private::Eviction::#eviction,
                         fingerprint: #fingerprint,
                     }
                     .build(),

@@ -24,6 +24,10 @@ const COHERENCE: &[(&str, &str)] = &[
 /// `echo_cache::Placement` each names.
 const PLACEMENT: &[(&str, &str)] = &[("table", "Table"), ("spread", "Spread")];
 
+/// The eviction policies: as written in the attribute, and the variant of
+/// `echo_cache::Eviction` each names.
+const EVICTION: &[(&str, &str)] = &[("hot", "Hot"), ("none", "None")];
+
 /// A declaration that passed every check. Optional keys left out are
 /// `None`: the runtime's defaults apply.
 pub(crate) struct Decl {
@@ -36,6 +40,8 @@ pub(crate) struct Decl {
     pub(crate) coherence: &'static str,
     /// The variant of `echo_cache::Placement`.
     pub(crate) placement: &'static str,
+    /// The variant of `echo_cache::Eviction`.
+    pub(crate) eviction: &'static str,
     pub(crate) jitter: Option<f64>,
     pub(crate) max_size: Option<u64>,
     pub(crate) sweep_ms: Option<u64>,
@@ -99,6 +105,10 @@ pub(crate) fn validate(mut args: Args, input: &DeriveInput) -> Result<Decl, Inva
         Some((at, lit)) => errors.check(at, placement(lit)),
         None => Some("Table"),
     };
+    let eviction = match args.eviction.lit() {
+        Some((at, lit)) => errors.check(at, eviction(lit)),
+        None => Some("Hot"),
+    };
     let jitter = (args.jitter.lit()).and_then(|(at, lit)| errors.check(at, jitter(lit)));
     let max_size =
         (args.max_size.lit()).and_then(|(at, lit)| errors.check(at, positive(lit, "max_size")));
@@ -119,25 +129,30 @@ pub(crate) fn validate(mut args: Args, input: &DeriveInput) -> Result<Decl, Inva
         Value::Absent => Some(syn::parse_quote!(::echo_cache)),
     };
 
-    match (kind, ttl_ms, coherence, placement, name, krate) {
-        (Some(kind), Some(ttl_ms), Some(coherence), Some(placement), Some(name), Some(krate))
-            if errors.is_empty() =>
-        {
-            Ok(Decl {
-                kind,
-                ttl_ms,
-                loader,
-                coherence,
-                placement,
-                jitter,
-                max_size,
-                sweep_ms,
-                absent_ttl_ms,
-                load_timeout_ms,
-                name,
-                krate,
-            })
-        }
+    match (kind, ttl_ms, coherence, placement, eviction, name, krate) {
+        (
+            Some(kind),
+            Some(ttl_ms),
+            Some(coherence),
+            Some(placement),
+            Some(eviction),
+            Some(name),
+            Some(krate),
+        ) if errors.is_empty() => Ok(Decl {
+            kind,
+            ttl_ms,
+            loader,
+            coherence,
+            placement,
+            eviction,
+            jitter,
+            max_size,
+            sweep_ms,
+            absent_ttl_ms,
+            load_timeout_ms,
+            name,
+            krate,
+        }),
         (.., krate) => Err(Invalid {
             errors: errors.into_sorted(),
             krate,
@@ -282,6 +297,10 @@ fn coherence(lit: &Lit) -> syn::Result<&'static str> {
 
 fn placement(lit: &Lit) -> syn::Result<&'static str> {
     one_of(lit, "placement", "placement", "placements", PLACEMENT)
+}
+
+fn eviction(lit: &Lit) -> syn::Result<&'static str> {
+    one_of(lit, "eviction", "eviction policy", "policies", EVICTION)
 }
 
 /// The variant of the value of `key`, one of `choices`; else a message

@@ -10,7 +10,7 @@ use std::sync::OnceLock;
 use linkme::distributed_slice;
 
 use crate::error::Error;
-use crate::spec::{Cached, Coherence, Placement, TableSpec};
+use crate::spec::{Cached, Coherence, Eviction, Placement, TableSpec};
 use crate::table::{Opened, Shared};
 
 /// Every declaration linked into the program, in link order.
@@ -50,6 +50,7 @@ pub struct SpecParts {
     pub load_timeout_ms: Option<u64>,
     pub coherence: Coherence,
     pub placement: Placement,
+    pub eviction: Eviction,
     pub fingerprint: u64,
 }
 
@@ -81,6 +82,7 @@ impl SpecParts {
             load_timeout_ms: self.load_timeout_ms,
             coherence: self.coherence,
             placement: self.placement,
+            eviction: self.eviction,
             fingerprint: self.fingerprint,
         }
     }

@@ -48,7 +48,7 @@ const SOURCES: [(&str, Count); 7] = [
 ];
 
 /// The other counters of a table: name, description, count in a snapshot.
-const COUNTERS: [(&str, &str, Count); 12] = [
+const COUNTERS: [(&str, &str, Count); 13] = [
     (
         "echo_cache_swept_total",
         "expired rows reclaimed by the sweeper",
@@ -57,8 +57,13 @@ const COUNTERS: [(&str, &str, Count); 12] = [
     ("echo_cache_sweeps_total", "sweeper passes", |s| s.sweeps),
     (
         "echo_cache_full_skips_total",
-        "values served but not kept: L1 was full of live rows",
+        "values served but not kept: L1 was full",
         |s| s.full_skips,
+    ),
+    (
+        "echo_cache_evictions_total",
+        "live rows evicted from a full L1 for more asked-for ones",
+        |s| s.evictions,
     ),
     (
         "echo_cache_invalidations_total",

@@ -144,9 +144,11 @@
 //!   clock moves time by hand, so a test (and the workshop) watches a cohort
 //!   expire without sleeping.
 //! - **A sweeper bounds memory**: it reclaims dead rows every `sweep_ms`,
-//!   and a table holding `max_size` live rows serves its fills without
-//!   keeping them ([`Stats::full_skips`](crate::Stats::full_skips)): it
-//!   never refuses a read.
+//!   and a table holding `max_size` live rows keeps the hot ones: a new
+//!   row evicts a colder row if its id is asked for more often
+//!   ([`Stats::evictions`](crate::Stats::evictions)), or is served without
+//!   being kept ([`Stats::full_skips`](crate::Stats::full_skips)): it never
+//!   refuses a read.
 //!
 //! ```standalone_crate
 //! use std::sync::atomic::{AtomicU32, Ordering};

@@ -6,9 +6,14 @@
 //! a mutex readers never touch.
 //!
 //! - Open addressing, linear probing, rows inline: a slot holds the key, the
-//!   `Arc` pointer, the version and the expiry, 32 bytes. A hit is a short
-//!   chain of dependent loads (shard → slot → the `Arc`'s count), which is
-//!   what it costs once the `Arc`'s atomic increment orders everything.
+//!   `Arc` pointer, the version and the expiry, 32 bytes, plus one byte
+//!   beside the slots, its mark (below). A hit is a short chain of
+//!   dependent loads (shard → slot → the `Arc`'s count), which is what it
+//!   costs once the `Arc`'s atomic increment orders everything.
+//! - Arrays hold `m · 2^e` slots (`m` from 16 to 31): sized to the rows a
+//!   shard holds, at most 6.25 % over, rather than to the next power of
+//!   two (up to 100 % over). A key's probe starts at its hash's low half
+//!   scaled to the slot count (a multiply, not a mask).
 //! - A slot is claimed by one key for the life of its array (a removed row
 //!   leaves a tombstone the same key reuses), so a reader that matched a key
 //!   never sees the slot change owner. Arrays are rebuilt, not rehashed in
@@ -23,6 +28,30 @@
 //! `ttl ± ttl·jitter` on the cache's coarse [`Clock`](crate::Clock), so a
 //! cohort filled together does not expire together. Dead rows stay until the
 //! sweeper (or a full table) reclaims them; a dead row is never served.
+//!
+//! # A full table
+//!
+//! At `max_size` rows a new row needs another's place
+//! ([`Eviction::Hot`]), or is served without being kept
+//! ([`Eviction::None`], the seed's rule, after reclaiming dead rows).
+//! Eviction is a clock over each shard's slots with `TinyLFU` admission:
+//!
+//! - A hit marks its row read: a relaxed load of the row's mark byte, and
+//!   a store only if it was unmarked (once per turn of the hand, not once
+//!   per hit; no lock, no read-modify-write).
+//! - A new row's id is counted in its shard's [`Sketch`] (misses only).
+//!   The shard's hand then turns: a dead row is taken at once; a marked
+//!   row is unmarked (and counted in the sketch: it was read) and spared;
+//!   the first unmarked row, or the least asked-for of it and the next
+//!   few unmarked ones, is the victim.
+//! - The victim goes only if the new id was asked for at least twice and
+//!   more often than the victim plus one: one-off ids (a scan) never evict,
+//!   and two rows asked for equally often do not trade places (a loop a
+//!   little larger than the table keeps most of it). Otherwise the new row
+//!   is served, not kept.
+//!
+//! The victim's value is retired like any removed value: freed by the
+//! epoch, outside every lock.
 
 use std::alloc::{self, Layout};
 use std::hash::BuildHasher;
@@ -30,23 +59,31 @@ use std::ptr::{self, NonNull};
 use std::sync::{Arc, PoisonError};
 
 use crate::epoch::{Garbage, Pin};
-use crate::spec::TableSpec;
-use crate::sync::Ordering::{Acquire, Relaxed, Release};
-use crate::sync::{AtomicPtr, AtomicU64, AtomicUsize, Mutex, MutexGuard, fence};
+use crate::sketch::Sketch;
+use crate::spec::{Eviction, TableSpec};
 
+mod evict;
+
+use crate::sync::Ordering::{Acquire, Relaxed, Release};
+use crate::sync::{AtomicPtr, AtomicU8, AtomicU64, AtomicUsize, Mutex, MutexGuard, fence};
+use evict::Room;
+
+/// foldhash's `quality` flavour: one more multiply than `fast`, whose top
+/// bits (the shard) can leave sequential ids (snowflakes, counters) in a
+/// few shards for some process seeds, and a full table evicts per shard.
 #[cfg(not(all(test, echo_cache_loom)))]
-type Hasher = foldhash::fast::RandomState;
+type Hasher = foldhash::quality::RandomState;
 /// The model checker replays executions: where keys land must not change.
 #[cfg(all(test, echo_cache_loom))]
-type Hasher = foldhash::fast::FixedState;
+type Hasher = foldhash::quality::FixedState;
 
 /// Writers lock one of 16 shards (by the hash's top bits): fills of
 /// different ids rarely wait for each other, and a rebuild copies a
 /// sixteenth of the table.
 const SHARD_BITS: u32 = 4;
 const SHARDS: usize = 1 << SHARD_BITS;
-/// Slots of a shard's first array (log2).
-const MIN_LOG2: u32 = 3;
+/// Slots of a shard's first array (the least `m · 2^e`, see [`tag`]).
+const MIN_SLOTS: usize = 16;
 /// Expiries are kept in the top 40 bits of a slot's stamp (34 years of
 /// milliseconds on the cache's clock, which starts at 0; later is "never");
 /// the low 24 bits count its writes, two per write (odd while under way).
@@ -118,22 +155,57 @@ struct Slot<T> {
     stamp: AtomicU64,
 }
 
-/// The slots of one shard: `1 << log2` of them in one zeroed allocation,
-/// aligned so that the low bits of its address carry `log2`: one load of
-/// the shard's pointer gives a reader both.
+/// The slots of one shard, `capacity` of them, then their marks (a byte
+/// each: read since the clock hand last passed), in one zeroed allocation
+/// aligned so that the low bits of its address carry the capacity's
+/// [`tag`]: one load of the shard's pointer gives a reader both.
 struct Array<T> {
     slots: NonNull<Slot<T>>,
-    log2: u32,
+    capacity: usize,
 }
 
-/// Alignment of arrays: six free low bits, enough for any `log2`.
-const ARRAY_ALIGN: usize = 64;
+/// Alignment of arrays: nine free low bits, for the [`tag`] of any
+/// capacity below `2^32` slots.
+const ARRAY_ALIGN: usize = 512;
 
-/// Slots with a key (rows and tombstones) and rows, of one shard.
+/// The slot count `m · 2^e` (`m` from 16 to 31) as `e << 4 | (m - 16)`.
+fn tag(capacity: usize) -> usize {
+    let e = (usize::BITS - 5).saturating_sub(capacity.leading_zeros());
+    let m = capacity >> e;
+    debug_assert!((16..32).contains(&m) && m << e == capacity);
+    (e as usize) << 4 | (m - 16)
+}
+
+/// The slot count of a [`tag`].
+#[inline]
+fn untag(tag: usize) -> usize {
+    (16 | (tag & 15)) << (tag >> 4)
+}
+
+/// The least slot count `m · 2^e` (`m` from 16 to 31) of at least `slots`.
+fn capacity_for(slots: usize) -> usize {
+    let slots = slots.max(MIN_SLOTS);
+    let e = usize::BITS - 5 - slots.leading_zeros();
+    let m = slots.div_ceil(1 << e);
+    let capacity = if m == 32 { 16 << (e + 1) } else { m << e };
+    assert!(
+        u32::try_from(capacity).is_ok(),
+        "an L1 shard holds fewer than 2^32 slots"
+    );
+    capacity
+}
+
+/// Slots with a key (rows and tombstones) and rows, of one shard; and its
+/// eviction state.
 #[derive(Default)]
 struct Tally {
     claimed: usize,
     rows: usize,
+    /// The slot the clock hand of eviction looks at next.
+    hand: usize,
+    /// How often the shard's ids were asked for lately; made when the
+    /// table first fills ([`Eviction::Hot`] only).
+    sketch: Option<Sketch>,
 }
 
 #[repr(align(128))]
@@ -151,6 +223,12 @@ pub(crate) struct Rows<T> {
     /// Rows in the table, live or dead (tombstones are not rows).
     size: AtomicUsize,
     max_size: usize,
+    /// A shard's share of `max_size`: the rows its array is sized for once
+    /// the table is full, and its sketch.
+    share: usize,
+    eviction: Eviction,
+    /// Live rows evicted for new ones.
+    evictions: AtomicU64,
     /// When a full table last looked for dead rows to reclaim.
     last_reclaim: AtomicU64,
     reclaim_every_ms: u64,
@@ -210,38 +288,41 @@ impl<T> Slot<T> {
 }
 
 impl<T> Array<T> {
-    fn layout(log2: u32) -> Layout {
-        Layout::array::<Slot<T>>(1 << log2)
-            .and_then(|layout| layout.align_to(ARRAY_ALIGN))
+    /// The layout of `capacity` slots and their marks; where the marks start.
+    fn layout(capacity: usize) -> (Layout, usize) {
+        Layout::array::<Slot<T>>(capacity)
+            .and_then(|slots| slots.extend(Layout::array::<AtomicU8>(capacity)?))
+            .and_then(|(layout, marks)| Ok((layout.align_to(ARRAY_ALIGN)?, marks)))
             .expect("an L1 array fits the address space")
     }
 
-    /// A new array of empty slots, room for `rows` rows.
-    fn for_rows(rows: usize) -> Array<T> {
-        let log2 = (rows * 2)
-            .next_power_of_two()
-            .trailing_zeros()
-            .max(MIN_LOG2);
-        let layout = Array::<T>::layout(log2);
-        // SAFETY: the layout is not zero-sized; all zeroes is empty slots.
+    /// A new array of empty slots, `capacity` of them.
+    fn new(capacity: usize) -> Array<T> {
+        let (layout, _) = Array::<T>::layout(capacity);
+        // SAFETY: the layout is not zero-sized; all zeroes is empty slots
+        // and unmarked marks.
         #[allow(clippy::cast_ptr_alignment)] // allocated with `ARRAY_ALIGN`
         let slots = unsafe { alloc::alloc_zeroed(layout) }.cast::<Slot<T>>();
         let Some(slots) = NonNull::new(slots) else {
             alloc::handle_alloc_error(layout)
         };
+        let array = Array { slots, capacity };
         // A loom atomic is a handle into the model, not its value: make them.
         #[cfg(all(test, echo_cache_loom))]
-        for i in 0..1 << log2 {
+        for i in 0..capacity {
             // SAFETY: inside the allocation, and nothing else sees it yet.
-            unsafe { slots.as_ptr().add(i).write(Slot::vacant()) };
+            unsafe {
+                slots.as_ptr().add(i).write(Slot::vacant());
+                array.marks_ptr().add(i).write(AtomicU8::new(0));
+            }
         }
-        Array { slots, log2 }
+        array
     }
 
     fn tagged(&self) -> *mut Slot<T> {
         self.slots
             .as_ptr()
-            .map_addr(|address| address | self.log2 as usize)
+            .map_addr(|address| address | tag(self.capacity))
     }
 
     /// The array a shard's pointer names, if any.
@@ -253,41 +334,64 @@ impl<T> Array<T> {
     /// shard's lock).
     #[inline]
     unsafe fn from_tagged(tagged: *mut Slot<T>) -> Option<Array<T>> {
-        #[allow(clippy::cast_possible_truncation)] // below ARRAY_ALIGN
-        let log2 = (tagged.addr() & (ARRAY_ALIGN - 1)) as u32;
+        let capacity = untag(tagged.addr() & (ARRAY_ALIGN - 1));
         let slots = NonNull::new(tagged.map_addr(|address| address & !(ARRAY_ALIGN - 1)))?;
-        Some(Array { slots, log2 })
+        Some(Array { slots, capacity })
     }
 
     fn capacity(&self) -> usize {
-        1 << self.log2
-    }
-
-    fn mask(&self) -> usize {
-        self.capacity() - 1
+        self.capacity
     }
 
     #[inline]
     fn slots(&self) -> &[Slot<T>] {
-        // SAFETY: `capacity` slots, allocated and initialized in `for_rows`.
-        unsafe { std::slice::from_raw_parts(self.slots.as_ptr(), self.capacity()) }
+        // SAFETY: `capacity` slots, allocated and initialized in `new`.
+        unsafe { std::slice::from_raw_parts(self.slots.as_ptr(), self.capacity) }
+    }
+
+    #[inline]
+    fn marks_ptr(&self) -> *mut AtomicU8 {
+        // The slots' size: a multiple of their alignment, so no padding.
+        let offset = self.capacity * size_of::<Slot<T>>();
+        // SAFETY: the marks follow the slots in the allocation (`layout`).
+        unsafe { self.slots.as_ptr().cast::<AtomicU8>().byte_add(offset) }
+    }
+
+    /// The slots' marks: nonzero if read since the hand last passed.
+    #[inline]
+    fn marks(&self) -> &[AtomicU8] {
+        // SAFETY: `capacity` marks, allocated and initialized in `new`.
+        unsafe { std::slice::from_raw_parts(self.marks_ptr(), self.capacity) }
+    }
+
+    /// The slot after `i`, round the end.
+    #[inline]
+    fn next(&self, i: usize) -> usize {
+        if i + 1 == self.capacity { 0 } else { i + 1 }
+    }
+
+    /// The index of the slot claimed by `key`, or else of the empty slot
+    /// ending its probe. The shard's writer only.
+    fn find(&self, key: u64, hash: u64) -> (usize, bool) {
+        let slots = self.slots();
+        let mut i = start(hash, self.capacity);
+        loop {
+            let slot = &slots[i];
+            if slot.value.load(Relaxed).is_null() {
+                return (i, false);
+            }
+            if slot.key.load(Relaxed) == key {
+                return (i, true);
+            }
+            i = self.next(i);
+        }
     }
 
     /// The slot claimed by `key`, or else the empty slot ending its probe.
     /// The shard's writer only.
     fn probe(&self, key: u64, hash: u64) -> (&Slot<T>, bool) {
-        let (slots, mask) = (self.slots(), self.mask());
-        let mut i = start(hash, mask);
-        loop {
-            let slot = &slots[i];
-            if slot.value.load(Relaxed).is_null() {
-                return (slot, false);
-            }
-            if slot.key.load(Relaxed) == key {
-                return (slot, true);
-            }
-            i = (i + 1) & mask;
-        }
+        let (i, found) = self.find(key, hash);
+        (&self.slots()[i], found)
     }
 
     /// Frees the slots (not the values they point to).
@@ -300,28 +404,64 @@ impl<T> Array<T> {
         // happens before they are freed.
         #[cfg(all(test, echo_cache_loom))]
         for i in 0..self.capacity() {
-            // SAFETY: the caller's guarantee; made in `for_rows`.
-            let slot = unsafe { &mut *self.slots.as_ptr().add(i) };
+            // SAFETY: the caller's guarantee; made in `new`.
+            let (slot, mark) = unsafe {
+                (
+                    &mut *self.slots.as_ptr().add(i),
+                    &mut *self.marks_ptr().add(i),
+                )
+            };
             slot.assert_unshared();
+            mark.with_mut(|_| ());
             // SAFETY: as above, and never used again.
-            unsafe { ptr::drop_in_place(slot) };
+            unsafe {
+                ptr::drop_in_place(slot);
+                ptr::drop_in_place(mark);
+            }
         }
-        // SAFETY: allocated in `for_rows` with this layout.
-        unsafe { alloc::dealloc(self.slots.as_ptr().cast(), Array::<T>::layout(self.log2)) };
+        let (layout, _) = Array::<T>::layout(self.capacity);
+        // SAFETY: allocated in `new` with this layout.
+        unsafe { alloc::dealloc(self.slots.as_ptr().cast(), layout) };
     }
 }
 
-/// Where the probe of `hash` starts in an array of `mask + 1` slots.
+/// Where the probe of `hash` starts in an array of `capacity` slots: the
+/// hash's low half scaled to the slot count (its top bits chose the shard).
 #[inline]
-fn start(hash: u64, mask: usize) -> usize {
-    // Only the low bits matter (`mask` < `usize::MAX`).
+fn start(hash: u64, capacity: usize) -> usize {
+    // `capacity` < 2^32 (`capacity_for`), so the product fits and the
+    // result is below `capacity`.
     #[allow(clippy::cast_possible_truncation)]
-    let low = hash as usize;
-    low & mask
+    let start = (((hash & 0xFFFF_FFFF) * capacity as u64) >> 32) as usize;
+    start
+}
+
+/// Where a hand at slot `hand` of `from` slots stands in an array of `to`
+/// slots: the same place in the order of the hashes.
+fn moved_hand(hand: usize, from: usize, to: usize) -> usize {
+    // Both below 2^32 (`capacity_for`): the product fits.
+    let moved = hand as u64 * to as u64 / from as u64;
+    usize::try_from(moved).expect("below `to`")
+}
+
+/// The shard of a hash: its top bits.
+#[inline]
+fn shard_of(hash: u64) -> usize {
+    #[allow(clippy::cast_possible_truncation)] // SHARD_BITS bits
+    let shard = (hash >> (64 - SHARD_BITS)) as usize;
+    shard
 }
 
 fn into_raw<T>(value: Option<Arc<T>>) -> *mut T {
     value.map_or(absent(), |value| Arc::into_raw(value).cast_mut())
+}
+
+/// What became of a row to insert.
+enum Insert<T> {
+    Kept,
+    Declined(Row<T>),
+    /// See [`Room::Elsewhere`].
+    Elsewhere(Row<T>, u8),
 }
 
 impl<T> Shard<T> {
@@ -347,6 +487,9 @@ impl<T> Rows<T> {
             garbage: Garbage::new(),
             size: AtomicUsize::new(0),
             max_size: spec.max_size,
+            share: spec.max_size.div_ceil(SHARDS),
+            eviction: spec.eviction,
+            evictions: AtomicU64::new(0),
             last_reclaim: AtomicU64::new(0),
             // A full table of live rows must not rescan on every miss.
             reclaim_every_ms: (spec.sweep_ms / 8).max(1),
@@ -356,9 +499,7 @@ impl<T> Rows<T> {
     #[inline]
     fn locate(&self, key: u64) -> (&Shard<T>, u64) {
         let hash = self.hasher.hash_one(key);
-        #[allow(clippy::cast_possible_truncation)] // the top SHARD_BITS bits
-        let shard = (hash >> (64 - SHARD_BITS)) as usize;
-        (&self.shards[shard], hash)
+        (&self.shards[shard_of(hash)], hash)
     }
 
     /// The row of `key` if it is alive at `now`. A row caught mid-write
@@ -369,10 +510,10 @@ impl<T> Rows<T> {
         let (shard, hash) = self.locate(key);
         // SAFETY: the pin keeps a published array allocated.
         let array = unsafe { Array::from_tagged(shard.array.load(Acquire)) }?;
-        let (slots, mask) = (array.slots(), array.mask());
-        let mut i = start(hash, mask);
+        let slots = array.slots();
+        let mut i = start(hash, array.capacity());
         let slot = loop {
-            // SAFETY: `i <= mask`, and the array has `mask + 1` slots.
+            // SAFETY: `i < capacity` (`start`, `next`), the slots' count.
             let slot = unsafe { slots.get_unchecked(i) };
             if slot.value.load(Acquire).is_null() {
                 return None;
@@ -380,7 +521,7 @@ impl<T> Rows<T> {
             if slot.key.load(Relaxed) == key {
                 break slot;
             }
-            i = (i + 1) & mask;
+            i = array.next(i);
         };
         let stamp = slot.stamp.load(Acquire);
         let value = slot.value.load(Relaxed);
@@ -400,6 +541,15 @@ impl<T> Rows<T> {
                 Arc::from_raw(value)
             }
         });
+        // Read: mark the row for the clock hand, unless it is marked (a
+        // load; a store once per turn of the hand). After the count's
+        // increment, which (a locked instruction on x86) would otherwise
+        // wait for this load's cache line.
+        // SAFETY: `i < capacity`, the marks' count.
+        let mark = unsafe { array.marks().get_unchecked(i) };
+        if mark.load(Relaxed) == 0 {
+            mark.store(1, Relaxed);
+        }
         Some(Live { value, version })
     }
 
@@ -424,31 +574,64 @@ impl<T> Rows<T> {
         }
     }
 
-    /// Inserts or replaces the row of `key`, unless the table is full of
-    /// live rows: then the row comes back (the value was served, not kept).
-    /// Call [`make_room`](Self::make_room) first, and
+    /// Inserts or replaces the row of `key`. A new row needs room: in a
+    /// full table the place of a colder row ([`Eviction::Hot`]), which it
+    /// may not earn; then, or if the table evicts nothing, the row comes
+    /// back (the value was served, not kept). Call
+    /// [`make_room`](Self::make_room) first, and
     /// [`collect_if_due`](Self::collect_if_due) after, outside any lock.
-    pub(crate) fn insert(&self, key: u64, row: Row<T>) -> Result<(), Row<T>> {
-        let (shard, hash) = self.locate(key);
-        let mut tally = shard.lock();
-        let array = shard.array(&tally);
-        if let Some(array) = &array {
-            let (slot, found) = array.probe(key, hash);
-            if found {
-                let old = slot.value.load(Relaxed);
-                if old == tombstone() {
-                    if !self.reserve() {
-                        return Err(row);
-                    }
-                    tally.rows += 1;
+    pub(crate) fn insert(&self, key: u64, row: Row<T>, now: u64) -> Result<(), Row<T>> {
+        let hash = self.hasher.hash_one(key);
+        match self.insert_hashed(key, hash, row, now, true) {
+            Insert::Kept => Ok(()),
+            Insert::Declined(row) => Err(row),
+            // The key's shard, short of its share of rows, has none to give
+            // up: a row of another shard, then a reservation.
+            Insert::Elsewhere(row, estimate) => {
+                if !self.evict_elsewhere(shard_of(hash), estimate, now) {
+                    return Err(row);
                 }
-                slot.write(into_raw(row.value), row.version, row.expires_at);
-                self.retire(old);
-                return Ok(());
+                match self.insert_hashed(key, hash, row, now, false) {
+                    Insert::Kept => Ok(()),
+                    Insert::Declined(row) | Insert::Elsewhere(row, _) => Err(row),
+                }
             }
         }
-        if !self.reserve() {
-            return Err(row);
+    }
+
+    /// [`insert`](Self::insert) within the key's shard; `count`: count the
+    /// key in the shard's sketch (not again when trying a second time).
+    fn insert_hashed(&self, key: u64, hash: u64, row: Row<T>, now: u64, count: bool) -> Insert<T> {
+        let shard = &self.shards[shard_of(hash)];
+        let mut tally = shard.lock();
+        let array = shard.array(&tally);
+        let found = array
+            .as_ref()
+            .and_then(|array| match array.find(key, hash) {
+                (i, true) => Some(i),
+                (_, false) => None,
+            });
+        if let (Some(array), Some(i)) = (&array, found) {
+            let slot = &array.slots()[i];
+            let old = slot.value.load(Relaxed);
+            if is_row(old) {
+                // A replacement: no room needed.
+                slot.write(into_raw(row.value), row.version, row.expires_at);
+                self.retire(old);
+                return Insert::Kept;
+            }
+        }
+        match self.room(&mut tally, array.as_ref(), hash, now, count) {
+            Room::Made => {}
+            Room::Declined => return Insert::Declined(row),
+            Room::Elsewhere(estimate) => return Insert::Elsewhere(row, estimate),
+        }
+        if let (Some(array), Some(i)) = (&array, found) {
+            // The key's own tombstone.
+            array.slots()[i].write(into_raw(row.value), row.version, row.expires_at);
+            array.marks()[i].store(0, Relaxed);
+            tally.rows += 1;
+            return Insert::Kept;
         }
         let capacity = array.as_ref().map_or(0, Array::capacity);
         // At most three quarters claimed, so probes stay short and end.
@@ -459,28 +642,48 @@ impl<T> Rows<T> {
             array.expect("a shard with capacity has an array")
         };
         let (slot, _) = array.probe(key, hash);
+        // A slot claimed now was empty, its mark unset.
         slot.claim(key, into_raw(row.value), row.version, row.expires_at);
         tally.claimed += 1;
         tally.rows += 1;
-        Ok(())
+        Insert::Kept
     }
 
-    /// Moves the rows of `shard` to a new array with room for `rows` rows.
+    /// Slots for an array of `rows` rows: twice them, to grow into, but no
+    /// more than a shard's share of `max_size` needs, and at least 8/5 of
+    /// them (62.5 % full: room for the tombstones a full table's evictions
+    /// leave, an eighth of the slots, before the next rebuild sweeps them).
+    fn slots_for(&self, rows: usize) -> usize {
+        let full = self.share.saturating_mul(8) / 5;
+        capacity_for((rows * 2).min(full).max(rows * 8 / 5 + 1))
+    }
+
+    /// Moves the rows of `shard` (and their marks) to a new array with room
+    /// for `rows` rows.
     fn rebuild(
         &self,
         shard: &Shard<T>,
         tally: &mut MutexGuard<'_, Tally>,
         rows: usize,
     ) -> Array<T> {
-        let new = Array::for_rows(rows);
+        let new = Array::new(self.slots_for(rows));
         let old = shard.array(tally);
-        for slot in old.iter().flat_map(Array::slots) {
-            let value = slot.value.load(Relaxed);
-            if is_row(value) {
-                let key = slot.key.load(Relaxed);
-                let (to, _) = new.probe(key, self.hasher.hash_one(key));
-                to.claim(key, value, slot.version.load(Relaxed), slot.expires_at());
+        // A shard's first array (or its first since it emptied): the hand
+        // starts at its first slot.
+        let hand = std::mem::take(&mut tally.hand);
+        if let Some(old) = &old {
+            let (slots, marks) = (old.slots(), old.marks());
+            for (slot, mark) in slots.iter().zip(marks) {
+                let value = slot.value.load(Relaxed);
+                if is_row(value) {
+                    let key = slot.key.load(Relaxed);
+                    let (i, _) = new.find(key, self.hasher.hash_one(key));
+                    new.slots()[i].claim(key, value, slot.version.load(Relaxed), slot.expires_at());
+                    new.marks()[i].store(mark.load(Relaxed), Relaxed);
+                }
             }
+            // Slots keep the order of their hashes: the hand keeps its place.
+            tally.hand = moved_hand(hand, old.capacity(), new.capacity());
         }
         tally.claimed = tally.rows;
         shard.array.store(new.tagged(), Release);
@@ -586,10 +789,12 @@ impl<T> Rows<T> {
         self.garbage.collect_if_due();
     }
 
-    /// When the table is full, reclaims its dead rows (at most once every
-    /// few milliseconds). Returns how many it reclaimed.
+    /// When a table that evicts nothing ([`Eviction::None`]) is full,
+    /// reclaims its dead rows (at most once every few milliseconds).
+    /// Returns how many it reclaimed.
     pub(crate) fn make_room(&self, now: u64) -> usize {
-        if !self.is_full() {
+        // A table that evicts takes dead rows first, as its hand meets them.
+        if self.eviction != Eviction::None || !self.is_full() {
             return 0;
         }
         let last = self.last_reclaim.load(Relaxed);
@@ -611,6 +816,11 @@ impl<T> Rows<T> {
 
     pub(crate) fn is_full(&self) -> bool {
         self.len() >= self.max_size
+    }
+
+    /// Live rows evicted for new ones, so far.
+    pub(crate) fn evictions(&self) -> u64 {
+        self.evictions.load(Relaxed)
     }
 }
 
@@ -665,527 +875,4 @@ fn spread(ttl_ms: u64, jitter: f64) -> u64 {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::epoch;
-    use std::sync::atomic::AtomicBool;
-
-    fn rows<T>(max_size: usize) -> Rows<T> {
-        let spec = crate::directory::SpecParts {
-            name: "rows",
-            type_name: "Rows",
-            kind: "ROW",
-            ttl_ms: 1_000,
-            jitter: None,
-            max_size: Some(max_size),
-            sweep_ms: None,
-            absent_ttl_ms: None,
-            load_timeout_ms: None,
-            coherence: crate::Coherence::None,
-            placement: crate::Placement::Table,
-            fingerprint: 0,
-        }
-        .build();
-        Rows::new(&spec)
-    }
-
-    fn row(value: u64, version: u64, expires_at: u64) -> Row<u64> {
-        Row {
-            value: Some(Arc::new(value)),
-            version,
-            expires_at,
-        }
-    }
-
-    /// (value, version) of the live row of `key` at `now`.
-    fn read(rows: &Rows<u64>, key: u64, now: u64) -> Option<(Option<u64>, u64)> {
-        let live = rows.get(&epoch::pin(), key, now)?;
-        Some((live.value.map(|v| *v), live.version))
-    }
-
-    /// Keys spread over the whole `u64` range, the markers' values included.
-    fn keys(n: u64) -> impl Iterator<Item = u64> {
-        [0, 1, 2, u64::MAX]
-            .into_iter()
-            .chain((4..n).map(|k| k.wrapping_mul(0x9E37_79B9_7F4A_7C15)))
-    }
-
-    #[test]
-    fn rows_are_found_replaced_and_removed_through_rebuilds() {
-        // Enough under Miri for most shards' arrays to grow twice.
-        const KEYS: usize = if cfg!(miri) { 200 } else { 20_000 };
-        let rows = rows(usize::MAX);
-        for key in keys(KEYS as u64) {
-            assert!(rows.insert(key, row(key, 1, 100)).is_ok());
-        }
-        assert_eq!(rows.len(), KEYS);
-        for (i, key) in keys(KEYS as u64).enumerate() {
-            assert_eq!(read(&rows, key, 0), Some((Some(key), 1)));
-            if i % 2 == 0 {
-                assert!(rows.insert(key, row(key ^ 1, 2, 100)).is_ok());
-            }
-            if i % 3 == 0 {
-                // Only a row older than the version goes.
-                assert!(!rows.remove_older(key, Some(1)));
-                assert!(rows.remove_older(key, Some(3)));
-                assert!(!rows.remove_older(key, None), "already gone");
-            }
-        }
-        let gone = keys(KEYS as u64).step_by(3).count();
-        assert_eq!(rows.len(), KEYS - gone);
-        for (i, key) in keys(KEYS as u64).enumerate() {
-            let expected = match (i % 3, i % 2) {
-                (0, _) => None,
-                (_, 0) => Some((Some(key ^ 1), 2)),
-                _ => Some((Some(key), 1)),
-            };
-            assert_eq!(read(&rows, key, 0), expected, "key {key}");
-        }
-        // Removed keys come back into their tombstones, or a rebuilt array.
-        for key in keys(KEYS as u64).step_by(3) {
-            assert!(rows.insert(key, row(7, 3, 100)).is_ok());
-            assert_eq!(read(&rows, key, 0), Some((Some(7), 3)));
-        }
-        assert_eq!(rows.len(), KEYS);
-        assert_eq!(read(&rows, 12_345, 0), None, "never inserted");
-    }
-
-    #[test]
-    fn dead_rows_are_not_served_and_the_sweep_removes_them() {
-        const KEYS: usize = if cfg!(miri) { 100 } else { 1_000 };
-        let rows = rows(usize::MAX);
-        for key in 0..KEYS as u64 {
-            assert!(rows.insert(key, row(key, 1, 10 + key % 2)).is_ok());
-        }
-        assert_eq!(read(&rows, 0, 9), Some((Some(0), 1)));
-        assert_eq!(read(&rows, 0, 10), None, "dies at its expiry");
-        assert_eq!(read(&rows, 1, 10), Some((Some(1), 1)));
-        assert_eq!(rows.sweep(10), KEYS / 2);
-        assert_eq!(rows.len(), KEYS / 2);
-        assert_eq!(read(&rows, 1, 10), Some((Some(1), 1)));
-        assert_eq!(rows.sweep(11), KEYS / 2);
-        assert_eq!(rows.len(), 0);
-        // An expiry past the stamp's 40 bits is "never".
-        assert!(rows.insert(5, row(5, 1, u64::MAX)).is_ok());
-        assert_eq!(read(&rows, 5, MAX_EXPIRY - 1), Some((Some(5), 1)));
-    }
-
-    #[test]
-    fn a_remembered_absence_reads_as_a_live_row_without_a_value() {
-        let rows = rows(usize::MAX);
-        let absent = Row {
-            value: None,
-            version: 4,
-            expires_at: 100,
-        };
-        assert!(rows.insert(9, absent).is_ok());
-        assert_eq!(read(&rows, 9, 0), Some((None, 4)));
-        assert_eq!(rows.len(), 1);
-        assert!(rows.remove_older(9, None));
-        assert_eq!(read(&rows, 9, 0), None);
-    }
-
-    #[test]
-    fn a_full_table_keeps_no_new_key_but_replaces_its_rows() {
-        let rows = rows(10);
-        for key in 0..10 {
-            assert!(rows.insert(key, row(key, 1, 100)).is_ok());
-        }
-        assert!(rows.insert(10, row(10, 1, 100)).is_err());
-        assert_eq!(read(&rows, 10, 0), None);
-        assert!(rows.insert(3, row(33, 2, 100)).is_ok(), "a replacement");
-        assert_eq!(read(&rows, 3, 0), Some((Some(33), 2)));
-        assert!(rows.remove_older(4, None));
-        assert!(rows.insert(10, row(10, 1, 100)).is_ok());
-        assert!(rows.insert(4, row(4, 1, 100)).is_err(), "a tombstone");
-        rows.clear();
-        assert_eq!(rows.len(), 0);
-        assert!((0..=10).all(|key| read(&rows, key, 0).is_none()));
-        assert!(rows.insert(4, row(4, 1, 100)).is_ok());
-    }
-
-    #[test]
-    fn removed_values_are_dropped_once_no_reader_can_hold_them() {
-        let rows = rows(usize::MAX);
-        let value = Arc::new(1);
-        let replaced = Arc::new(2);
-        for (key, value) in [(1, &value), (2, &replaced)] {
-            let row = Row {
-                value: Some(Arc::clone(value)),
-                version: 1,
-                expires_at: 100,
-            };
-            assert!(rows.insert(key, row).is_ok());
-        }
-        rows.remove_older(1, None);
-        assert!(rows.insert(2, row(3, 2, 100)).is_ok());
-        // Other tests' readers pin and unpin meanwhile; the epoch gets there.
-        for _ in 0..10_000 {
-            if Arc::strong_count(&value) == 1 && Arc::strong_count(&replaced) == 1 {
-                break;
-            }
-            rows.collect();
-            std::thread::yield_now();
-        }
-        assert_eq!(Arc::strong_count(&value), 1);
-        assert_eq!(Arc::strong_count(&replaced), 1);
-        let kept = rows.get(&epoch::pin(), 2, 0).and_then(|live| live.value);
-        drop(rows);
-        assert_eq!(kept.map(|v| (*v, Arc::strong_count(&v))), Some((3, 1)));
-    }
-
-    /// A value that checks itself: `key << 32 | version` and its
-    /// complement, which its drop wipes. A torn row, or a value read or
-    /// dropped after it was freed, fails an assertion (and Miri or the
-    /// address sanitizer name the access); drops are counted.
-    struct Word {
-        bits: u64,
-        check: u64,
-        drops: Arc<AtomicUsize>,
-    }
-
-    impl Word {
-        fn new(key: u64, version: u64, drops: &Arc<AtomicUsize>) -> Word {
-            let bits = key << 32 | version;
-            Word {
-                bits,
-                check: !bits,
-                drops: Arc::clone(drops),
-            }
-        }
-
-        fn assert_whole(&self, key: u64, version: u64) {
-            assert_eq!(self.check, !self.bits, "a freed value, key {key}");
-            assert_eq!(self.bits, key << 32 | version, "a torn row, key {key}");
-        }
-    }
-
-    impl Drop for Word {
-        fn drop(&mut self) {
-            assert_eq!(self.check, !self.bits, "a value dropped twice");
-            // Volatile: a store the allocator's free would otherwise elide.
-            // SAFETY: a valid `&mut u64`.
-            unsafe { ptr::write_volatile(&raw mut self.check, self.bits) };
-            self.drops.fetch_add(1, Relaxed);
-        }
-    }
-
-    /// Readers against writers that replace, remove, grow (rebuild),
-    /// clear, sweep and collect, all at once. Small enough under Miri
-    /// (`scripts/miri`) to check every access for races and
-    /// use-after-free; large natively and under the address sanitizer
-    /// (`scripts/sanitize`).
-    #[test]
-    fn readers_see_whole_rows_while_writers_rewrite_and_free_them() {
-        // 16 shards of 8 slots hold 96 rows: more keys make them grow, and
-        // regrow after each clear.
-        const KEYS: u64 = 128;
-        const WRITES: u64 = if cfg!(miri) { 150 } else { 200_000 };
-        const CLEAR_EVERY: u64 = if cfg!(miri) { 50 } else { 5_000 };
-        let rows = rows::<Word>(usize::MAX);
-        let (made, drops) = (AtomicUsize::new(0), Arc::new(AtomicUsize::new(0)));
-        let finished = AtomicUsize::new(0);
-        std::thread::scope(|s| {
-            for writer in 0..2_u64 {
-                let (rows, made, drops, finished) = (&rows, &made, &drops, &finished);
-                s.spawn(move || {
-                    for n in 0..WRITES {
-                        let (key, version) = (n.wrapping_mul(writer * 2 + 7) % KEYS, n + 1);
-                        if n % CLEAR_EVERY == CLEAR_EVERY - 1 {
-                            rows.clear();
-                            continue;
-                        }
-                        match n % 16 {
-                            0 => drop(rows.remove_older(key, None)),
-                            // Rows of odd versions die at 1 (readers read at 0).
-                            1 => drop(rows.sweep(1)),
-                            2 => rows.collect(),
-                            _ => {
-                                made.fetch_add(1, Relaxed);
-                                let row = Row {
-                                    value: Some(Arc::new(Word::new(key, version, drops))),
-                                    version,
-                                    expires_at: if version % 2 == 1 { 1 } else { 100 },
-                                };
-                                assert!(rows.insert(key, row).is_ok(), "no size bound");
-                            }
-                        }
-                        rows.collect_if_due();
-                    }
-                    finished.fetch_add(1, Relaxed);
-                });
-            }
-            for _ in 0..2 {
-                let (rows, finished) = (&rows, &finished);
-                s.spawn(move || {
-                    while finished.load(Relaxed) < 2 {
-                        for key in 0..KEYS {
-                            if let Some(live) = rows.get(&epoch::pin(), key, 0) {
-                                let word = live.value.expect("rows with values only");
-                                word.assert_whole(key, live.version);
-                            }
-                        }
-                        // Miri runs one thread at a time: let the writers on.
-                        std::thread::yield_now();
-                    }
-                });
-            }
-        });
-        assert!(
-            drops.load(Relaxed) > 0,
-            "values were freed while readers read"
-        );
-        drop(rows);
-        assert_eq!(drops.load(Relaxed), made.load(Relaxed), "each freed once");
-    }
-
-    /// The review's directed case: a rebuild retires the array a pinned
-    /// reader read, in a batch of its own (absences: no `Arc` whose counts
-    /// would order the reader's loads before the free). The array is kept
-    /// while the reader is pinned and freed after; under Miri, a free not
-    /// ordered after the reader's loads by the epoch itself is a data race.
-    #[test]
-    fn a_rebuild_frees_the_old_array_once_the_reader_pinned_on_it_unpins() {
-        let absence = || Row {
-            value: None::<Arc<u64>>,
-            version: 1,
-            expires_at: 100,
-        };
-        let rows = rows(usize::MAX);
-        let shard = rows.locate(0).0;
-        let keys: Vec<u64> = (0..)
-            .filter(|&key| ptr::eq(rows.locate(key).0, shard))
-            .take(7)
-            .collect();
-        for &key in &keys[..6] {
-            assert!(rows.insert(key, absence()).is_ok());
-        }
-        // Signals through relaxed flags: a channel, a lock or a `SeqCst`
-        // operation in the reader after its reads could order them before
-        // the free, and hide a missing fence in the epoch.
-        let [read, unpin, done] = [(); 3].map(|()| AtomicBool::new(false));
-        let wait = |flag: &AtomicBool| {
-            while !flag.load(Relaxed) {
-                std::thread::yield_now();
-            }
-        };
-        std::thread::scope(|s| {
-            let (rows, keys, read, unpin, done) = (&rows, &keys, &read, &unpin, &done);
-            s.spawn(move || {
-                let pin = epoch::pin();
-                assert!(rows.get(&pin, keys[0], 0).is_some());
-                read.store(true, Relaxed);
-                wait(unpin);
-                drop(pin);
-                // Alive until freed: a thread's exit returns its epoch
-                // lease under the lock every advance takes.
-                wait(done);
-            });
-            wait(read);
-            // Seven claimed slots of eight: the shard's array is rebuilt.
-            assert!(rows.insert(keys[6], absence()).is_ok());
-            assert_eq!(rows.garbage.held(), 1, "the old array, alone");
-            for _ in 0..10 {
-                rows.collect();
-            }
-            assert_eq!(rows.garbage.held(), 1, "freed under a pinned reader");
-            unpin.store(true, Relaxed);
-            let freed = (0..10_000).any(|_| {
-                rows.collect();
-                std::thread::yield_now();
-                rows.garbage.held() == 0
-            });
-            done.store(true, Relaxed);
-            assert!(freed, "never freed after the unpin");
-        });
-    }
-
-    #[test]
-    fn expiries_fall_inside_the_band_and_spread() {
-        let draws = if cfg!(miri) { 200 } else { 10_000 };
-        let expiries: Vec<u64> = (0..draws).map(|_| expiry(1_000, 600_000, 0.1)).collect();
-        assert!(
-            expiries
-                .iter()
-                .all(|e| (1_000 + 540_000..=1_000 + 660_000).contains(e))
-        );
-        assert!(expiries.iter().any(|&e| e != expiries[0]));
-        assert_eq!(expiry(1_000, 600_000, 0.0), 601_000);
-    }
-
-    /// Loom models of the table through its own code: a reader against
-    /// writes that retire what it reads and collections that free it, in
-    /// every interleaving. Loom fails a model when a free is not ordered
-    /// after every access to what it frees: the slots of an array
-    /// ([`Array::free`]), a value ([`Word`]).
-    ///
-    /// Run with `RUSTFLAGS="--cfg echo_cache_loom" cargo test -p echo-cache
-    /// --lib --target-dir target/loom model -- --test-threads=1`.
-    #[cfg(echo_cache_loom)]
-    mod model {
-        use super::{Row, Rows, rows};
-        use crate::epoch;
-        use crate::sync::AtomicU64;
-        use std::ptr;
-        use std::sync::Arc;
-        use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
-
-        /// A value loom watches: its bits are its row's version (a torn
-        /// row shows), and a read of them not ordered before its drop fails
-        /// the model.
-        struct Word {
-            bits: AtomicU64,
-            drops: Arc<AtomicUsize>,
-        }
-
-        impl Drop for Word {
-            fn drop(&mut self) {
-                self.bits.with_mut(|_| ());
-                self.drops.fetch_add(1, Relaxed);
-            }
-        }
-
-        fn word(version: u64, expires_at: u64, drops: &Arc<AtomicUsize>) -> Row<Word> {
-            let word = Word {
-                bits: AtomicU64::new(version),
-                drops: Arc::clone(drops),
-            };
-            Row {
-                value: Some(Arc::new(word)),
-                version,
-                expires_at,
-            }
-        }
-
-        /// A remembered absence: no `Arc`, nothing but the row.
-        fn absence(version: u64) -> Row<Word> {
-            Row {
-                value: None,
-                version,
-                expires_at: 100,
-            }
-        }
-
-        /// `n` keys of the shard of `key`, `key` first.
-        fn shard_mates(rows: &Rows<Word>, key: u64, n: usize) -> Vec<u64> {
-            let shard = rows.locate(key).0;
-            (key..)
-                .filter(|&k| ptr::eq(rows.locate(k).0, shard))
-                .take(n)
-                .collect()
-        }
-
-        /// A reader of `key`, pinned across the read, checking what it
-        /// reads. On a thread of its own: loom drops the main thread's
-        /// thread-locals (its epoch lease) after the statics they go back
-        /// to.
-        fn reader(rows: &Arc<Rows<Word>>, key: u64) -> loom::thread::JoinHandle<()> {
-            let rows = Arc::clone(rows);
-            loom::thread::spawn(move || {
-                let pin = epoch::pin();
-                let Some(live) = rows.get(&pin, key, 0) else {
-                    return;
-                };
-                if let Some(word) = live.value {
-                    let bits = word.bits.load(Relaxed);
-                    assert_eq!(bits, live.version, "a value with another row's version");
-                }
-                drop(pin);
-            })
-        }
-
-        /// Runs `model` in every interleaving with up to three preemptions
-        /// (`LOOM_MAX_PREEMPTIONS` to change it): each model well under a
-        /// minute, where an unbounded search takes hours.
-        fn check(model: impl Fn() + Sync + Send + 'static) {
-            let mut builder = loom::model::Builder::new();
-            builder.preemption_bound = builder.preemption_bound.or(Some(3));
-            builder.check(model);
-        }
-
-        /// The directed case: the batch a rebuild retires holds the old
-        /// array alone (absences: no `Arc` whose counts would order the
-        /// reader's loads before the free), and a reader reads from it.
-        #[test]
-        fn a_rebuild_frees_the_array_a_reader_read_only_after_it() {
-            check(|| {
-                let rows = Arc::new(rows::<Word>(usize::MAX));
-                let keys = shard_mates(&rows, 1, 7);
-                for &key in &keys[..6] {
-                    assert!(rows.insert(key, absence(1)).is_ok());
-                }
-                let reader = reader(&rows, keys[0]);
-                // Seven claimed slots of eight: the shard's array is rebuilt.
-                assert!(rows.insert(keys[6], absence(1)).is_ok());
-                assert_eq!(rows.garbage.held(), 1, "the old array, retired");
-                for _ in 0..3 {
-                    rows.collect();
-                }
-                reader.join().unwrap();
-            });
-        }
-
-        /// A replaced value, freed after the reader that may hold it, once.
-        #[test]
-        fn a_replace_frees_the_old_value_only_after_the_reader() {
-            check(|| {
-                let rows = Arc::new(rows::<Word>(usize::MAX));
-                let drops = Arc::new(AtomicUsize::new(0));
-                assert!(rows.insert(7, word(1, 100, &drops)).is_ok());
-                let reader = reader(&rows, 7);
-                assert!(rows.insert(7, word(2, 100, &drops)).is_ok());
-                for _ in 0..3 {
-                    rows.collect();
-                }
-                reader.join().unwrap();
-                drop(Arc::into_inner(rows).expect("the reader is done"));
-                assert_eq!(drops.load(Relaxed), 2);
-            });
-        }
-
-        /// Writes retiring while another thread collects: what a writer
-        /// retires waits for the epochs after its own retirement, not the
-        /// collection's.
-        #[test]
-        fn values_retired_during_a_collection_wait_for_the_reader() {
-            check(|| {
-                let rows = Arc::new(rows::<Word>(usize::MAX));
-                let drops = Arc::new(AtomicUsize::new(0));
-                assert!(rows.insert(7, word(1, 100, &drops)).is_ok());
-                let reader = reader(&rows, 7);
-                let writer = {
-                    let (rows, drops) = (Arc::clone(&rows), Arc::clone(&drops));
-                    loom::thread::spawn(move || {
-                        assert!(rows.insert(7, word(2, 100, &drops)).is_ok());
-                    })
-                };
-                for _ in 0..3 {
-                    rows.collect();
-                }
-                reader.join().unwrap();
-                writer.join().unwrap();
-                drop(Arc::into_inner(rows).expect("the threads are done"));
-                assert_eq!(drops.load(Relaxed), 2);
-            });
-        }
-
-        /// A sweep that empties a shard retires its last value and its
-        /// array in one batch.
-        #[test]
-        fn a_sweep_that_empties_a_shard_frees_after_the_reader() {
-            check(|| {
-                let rows = Arc::new(rows::<Word>(usize::MAX));
-                let drops = Arc::new(AtomicUsize::new(0));
-                assert!(rows.insert(7, word(1, 10, &drops)).is_ok());
-                let reader = reader(&rows, 7);
-                assert_eq!(rows.sweep(10), 1);
-                for _ in 0..2 {
-                    rows.collect();
-                }
-                reader.join().unwrap();
-                drop(Arc::into_inner(rows).expect("the reader is done"));
-                assert_eq!(drops.load(Relaxed), 1);
-            });
-        }
-    }
-}
+mod tests;

@@ -42,12 +42,17 @@
 //!    with no lock and no atomic read-modify-write but the `Arc`'s count
 //!    (a purpose-built table whose removed rows are freed once no reader
 //!    can hold them); values live decoded as `Arc<T>`; hit counters are
-//!    striped per thread; expiry is read off a coarse clock.
+//!    striped per thread; expiry is read off a coarse clock. The one shared
+//!    write is a row's "read" mark for eviction, stored only when unset:
+//!    once per row until its table fills, then once per turn of the clock
+//!    hand.
 //! 3. **One fill per herd.** Concurrent misses of one id share one flight,
 //!    a detached task; its one answer (value or error) reaches every waiter.
 //! 4. **A cohort never expires together.** Expiry is drawn from
-//!    `ttl ± ttl·jitter`; a sweeper reclaims dead rows; a full table serves
-//!    without keeping ([`Stats::full_skips`]), it never refuses a read.
+//!    `ttl ± ttl·jitter`; a sweeper reclaims dead rows; a full table keeps
+//!    the hot rows (a new row takes a colder one's place, or is served
+//!    without being kept: [When a table is full](#when-a-table-is-full)),
+//!    it never refuses a read.
 //! 5. **Honest about itself.** Every table reports its counters
 //!    ([`Cache::stats`], [`Cache::tables`]).
 //!
@@ -62,6 +67,7 @@
 //! | `placement` | `"table"` | on a cluster, the table's keys on its one slot (`table`) or each id on its own (`spread`, see [`Placement`]) |
 //! | `jitter` | `0.1` | expiry is drawn from `ttl ± ttl·jitter`; `0.0..=0.5` |
 //! | `max_size` | `100_000` | rows kept in L1 at most, > 0 |
+//! | `eviction` | `"hot"` | what a table holding `max_size` rows does with a new one: `hot` (evict a colder row for it) or `none` (serve it without keeping it); see [When a table is full](#when-a-table-is-full) |
 //! | `sweep_ms` | `1_000` | period of the sweeper, > 0 |
 //! | `absent_ttl_ms` | `0` | how long the loader's "not found" is remembered (0: not at all) |
 //! | `load_timeout_ms` | [`Builder::load_timeout`] (30 s) | the deadline of a flight, > 0 (see [`Error::LoadTimeout`]) |
@@ -122,6 +128,62 @@
 //! "not found" is then kept in L1 for that long (jittered like `ttl_ms`),
 //! sparing the system of record; a [`Cache::put`] or
 //! [`Cache::invalidate`] of the id ends it at once.
+//!
+//! # When a table is full
+//!
+//! A table holds `max_size` rows at most. Dead rows are reclaimed first;
+//! past that, a new row's fate is the table's declared [`Eviction`]:
+//!
+//! - **`hot`** (the default): the hot rows stay. Each shard of L1 turns a
+//!   clock hand over its rows; a hit marks its row read (a plain load, and
+//!   a store only if the row was unmarked: no lock and no atomic
+//!   read-modify-write on the hit). A new row's id is counted in a small
+//!   frequency sketch (`TinyLFU`'s count-min, 4-bit counters, halved as it
+//!   ages); the hand spares and unmarks marked rows and offers the first
+//!   unmarked one (or the least asked-for of a few). The new row takes its
+//!   place only if its id was asked for at least twice lately and more
+//!   often than the victim's plus one ([`Stats::evictions`]); otherwise it
+//!   is served without being kept ([`Stats::full_skips`]). So a table full
+//!   of cold rows admits an id on its second miss, a scan of one-off ids
+//!   evicts nothing, and a loop a little larger than the table keeps most
+//!   of it. An evicted value is dropped like any removed value: outside
+//!   every lock, once no reader can hold it. The sketch costs 12 bytes per
+//!   row of `max_size`, allocated when the table first fills; the hit
+//!   ratios against moka and `quick_cache` are in `benches/hit_ratio.rs`.
+//! - **`none`**: the seed's rule. A full table keeps what it has: new rows
+//!   are served without being kept ([`Stats::full_skips`]) until rows die
+//!   (a full table looks for dead rows at most every `sweep_ms / 8`) or
+//!   are invalidated. For tables whose rows must live out their TTL.
+//!
+//! Either way [`Health::Full`] reports a table holding `max_size` rows.
+//!
+//! ```standalone_crate
+//! use echo_cache::{near_cache, Cache, Id, Source};
+//!
+//! #[near_cache(kind = "DOC", ttl_ms = 600_000, max_size = 100)]
+//! #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+//! struct Doc { n: u64 }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), echo_cache::Error> {
+//! let cache = Cache::builder()
+//!     .loader(|id: Id<Doc>| async move { Ok::<_, std::io::Error>(Some(Doc { n: id.payload() })) })
+//!     .build()?;
+//! // A hundred ids read once: the table is full of cold rows.
+//! for n in 0..100 {
+//!     cache.fetch(Id::<Doc>::from_payload(n)).await?;
+//! }
+//! // A hot id: its first miss is served without being kept, its second
+//! // evicts a cold row, and then it is a hit.
+//! let hot = Id::<Doc>::from_payload(1_000);
+//! assert_eq!(cache.fetch(hot).await?.source(), Source::Fill);
+//! assert_eq!(cache.fetch(hot).await?.source(), Source::Fill);
+//! assert_eq!(cache.fetch(hot).await?.source(), Source::Hit);
+//! let stats = cache.stats::<Doc>();
+//! assert_eq!((stats.size, stats.full_skips, stats.evictions), (100, 1, 1));
+//! # Ok(())
+//! # }
+//! ```
 //!
 //! # L2
 //!
@@ -356,6 +418,7 @@
 //! | `echo_cache_swept_total` | counter | `table` | `swept` |
 //! | `echo_cache_sweeps_total` | counter | `table` | `sweeps` |
 //! | `echo_cache_full_skips_total` | counter | `table` | `full_skips` |
+//! | `echo_cache_evictions_total` | counter | `table` | `evictions` |
 //! | `echo_cache_invalidations_total` | counter | `table` | `invalidations` |
 //! | `echo_cache_puts_total` | counter | `table` | `puts` |
 //! | `echo_cache_l2_errors_total` | counter | `table` | `l2_errors` |
@@ -421,6 +484,7 @@ mod l1;
 mod l2;
 mod mint;
 mod roster;
+mod sketch;
 mod spec;
 mod stats;
 mod sync;
@@ -436,7 +500,7 @@ pub use id::{ID_LEN, Id, IdError, IdOf, Kind, RawId, newer};
 pub use l2::{Codec, Postcard};
 pub use mint::{EPOCH_MS, MAX_NODE, Minter};
 pub use roster::{Health, TableInfo};
-pub use spec::{Cached, Coherence, Placement, TableSpec};
+pub use spec::{Cached, Coherence, Eviction, Placement, TableSpec};
 pub use stats::Stats;
 
 /// The attribute that declares a cache: see the
@@ -449,6 +513,8 @@ pub use echo_cache_derive::near_cache;
 pub mod __private {
     pub use crate::directory::{DECLARATIONS, Declaration, SpecParts};
     pub use crate::table::{Loader, loader};
-    pub use crate::{Cache, Cached, Coherence, Error, Fetch, Id, IdOf, Kind, Placement, TableSpec};
+    pub use crate::{
+        Cache, Cached, Coherence, Error, Eviction, Fetch, Id, IdOf, Kind, Placement, TableSpec,
+    };
     pub use linkme;
 }

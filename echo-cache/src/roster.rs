@@ -9,8 +9,11 @@ use crate::stats::Stats;
 pub enum Health {
     /// Serving hits from L1 and keeping what it fills.
     Serving,
-    /// L1 holds `max_size` rows: fills are served but not kept until the
-    /// sweeper reclaims dead rows.
+    /// L1 holds `max_size` rows. With `eviction = "hot"` (the default) a
+    /// new row evicts a colder one if its id was asked for more often, and
+    /// is served without being kept otherwise; with `eviction = "none"`
+    /// new rows are served but not kept until dead rows are reclaimed.
+    /// See [When a table is full](crate#when-a-table-is-full).
     Full,
     /// The L2 server is not answering: fetches go on to the loader, L2
     /// writes are dropped, and one probe per interval checks for its return.

@@ -95,6 +95,59 @@ impl Placement {
     }
 }
 
+/// What a table holding `max_size` rows does with a new one.
+///
+/// Declared per table (`eviction = "..."`, `hot` unless declared); see
+/// [When a table is full](crate#when-a-table-is-full) in the crate docs.
+///
+/// ```standalone_crate
+/// use echo_cache::{near_cache, Cached, Eviction};
+///
+/// /// Bounded, and the hot rows stay: a new row evicts a colder one.
+/// #[near_cache(kind = "GAM", ttl_ms = 600_000, max_size = 50_000)]
+/// #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+/// pub struct Game {}
+///
+/// /// Full means full: new rows are served, not kept, until rows die.
+/// #[near_cache(kind = "RUL", ttl_ms = 600_000, max_size = 1_000, eviction = "none")]
+/// #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+/// pub struct Rule {}
+///
+/// assert_eq!(Game::spec().eviction(), Eviction::Hot);
+/// assert_eq!(Rule::spec().eviction().as_str(), "none");
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Eviction {
+    /// Keeps the rows asked for most: a new row evicts one that was not
+    /// read since the clock hand last passed it, if the new row's id was
+    /// asked for more often lately ([`Stats::evictions`](crate::Stats::evictions));
+    /// otherwise the new row is served without being kept.
+    #[default]
+    Hot,
+    /// Evicts nothing: a new row is served without being kept
+    /// ([`Stats::full_skips`](crate::Stats::full_skips)) until dead rows
+    /// are reclaimed. For tables whose rows must stay for their whole TTL.
+    None,
+}
+
+impl Eviction {
+    /// The name used in the attribute: `hot`, `none`.
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Eviction::Hot => "hot",
+            Eviction::None => "none",
+        }
+    }
+}
+
+impl fmt::Display for Eviction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 impl fmt::Display for Coherence {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
@@ -132,6 +185,7 @@ pub struct TableSpec {
     pub(crate) load_timeout_ms: Option<u64>,
     pub(crate) coherence: Coherence,
     pub(crate) placement: Placement,
+    pub(crate) eviction: Eviction,
     pub(crate) fingerprint: u64,
 }
 
@@ -216,6 +270,12 @@ impl TableSpec {
     #[must_use]
     pub const fn placement(&self) -> Placement {
         self.placement
+    }
+
+    /// What the table does when it holds `max_size` rows.
+    #[must_use]
+    pub const fn eviction(&self) -> Eviction {
+        self.eviction
     }
 
     /// A fingerprint of the declared struct's definition: two builds whose

@@ -78,7 +78,7 @@ impl Counters {
         counter.fetch_add(1, Relaxed);
     }
 
-    pub(crate) fn snapshot(&self, hits: u64, size: usize) -> Stats {
+    pub(crate) fn snapshot(&self, hits: u64, size: usize, evictions: u64) -> Stats {
         Stats {
             hits,
             misses: self.misses.load(Relaxed),
@@ -88,6 +88,7 @@ impl Counters {
             coalesced: self.coalesced.load(Relaxed),
             swept: self.swept.load(Relaxed),
             full_skips: self.full_skips.load(Relaxed),
+            evictions,
             sweeps: self.sweeps.load(Relaxed),
             size: size as u64,
             in_flight: self.running.load(Relaxed),
@@ -168,8 +169,14 @@ pub struct Stats {
     pub coalesced: u64,
     /// Expired rows reclaimed by the sweeper.
     pub swept: u64,
-    /// Values served but not kept because L1 was full of live rows.
+    /// Values served but not kept because L1 was full: the table evicts
+    /// nothing (`eviction = "none"`) and held `max_size` live rows, or
+    /// (`eviction = "hot"`) the value's id was not asked for more often
+    /// than the row it would have evicted.
     pub full_skips: u64,
+    /// Live rows evicted from a full table to keep new, more asked-for
+    /// ones (`eviction = "hot"`). Dead rows reclaimed are not counted.
+    pub evictions: u64,
     /// Sweeper passes.
     pub sweeps: u64,
     /// Rows in L1 now (live or not yet swept).

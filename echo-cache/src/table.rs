@@ -394,7 +394,7 @@ impl<T: Cached> Table<T> {
         }
         let mut declined = None;
         self.flights.land(key, token, || {
-            declined = row.and_then(|row| self.install(key, row));
+            declined = row.and_then(|row| self.install(key, row, now));
         });
         drop(declined);
         self.rows.collect_if_due();
@@ -427,15 +427,16 @@ impl<T: Cached> Table<T> {
     }
 
     /// Installs `row` unless L1 is not trusted, an invalidation newer than
-    /// the row was applied, or the table is full of live rows; returns the
-    /// row it did not install, for the caller to drop once it has released
-    /// its locks. Call with the key's flight lock held.
+    /// the row was applied, or the table is full and keeps what it has (see
+    /// [`Rows::insert`]); returns the row it did not install, for the
+    /// caller to drop once it has released its locks. Call with the key's
+    /// flight lock held.
     #[must_use]
-    fn install(&self, key: u64, row: Row<T>) -> Option<Row<T>> {
+    fn install(&self, key: u64, row: Row<T>, now: u64) -> Option<Row<T>> {
         if !self.trusted.load(Relaxed) || self.applied.overtakes(key, row.version) {
             return Some(row);
         }
-        let full = self.rows.insert(key, row).err();
+        let full = self.rows.insert(key, row, now).err();
         if full.is_some() {
             Counters::bump(&self.counters.full_skips);
         }
@@ -472,7 +473,7 @@ impl<T: Cached> Table<T> {
         self.rows.make_room(now);
         let declined = self.flights.overtake(key, || {
             self.rows.remove_older(key, None);
-            self.install(key, row)
+            self.install(key, row, now)
         });
         drop(declined);
         self.rows.collect_if_due();
@@ -656,7 +657,8 @@ impl<T: Cached> Table<T> {
     }
 
     pub(crate) fn stats(&self) -> Stats {
-        self.counters.snapshot(self.hits.sum(), self.rows.len())
+        self.counters
+            .snapshot(self.hits.sum(), self.rows.len(), self.rows.evictions())
     }
 
     /// A jittered L2 lifetime; the server's clock expires the key.

@@ -25,6 +25,7 @@ const fn spec(name: &'static str, kind: &'static str) -> TableSpec {
         load_timeout_ms: None,
         coherence: Coherence::Durable,
         placement: crate::Placement::Table,
+        eviction: crate::Eviction::Hot,
         fingerprint: 0,
     }
 }
