@@ -82,6 +82,11 @@ pub(crate) const KEYS: &[Key] = &[
         meaning: "how long a flight may take before its waiters get `LoadTimeout`, in milliseconds",
     },
     Key {
+        name: "lost_grace_ms",
+        example: "2_000",
+        meaning: "how long L1 keeps serving once the invalidation channel is lost, in milliseconds",
+    },
+    Key {
         name: "name",
         example: "\"games\"",
         meaning: "the table's name",
@@ -157,6 +162,7 @@ pub(crate) struct Args {
     pub(crate) sweep_ms: Value,
     pub(crate) absent_ttl_ms: Value,
     pub(crate) load_timeout_ms: Value,
+    pub(crate) lost_grace_ms: Value,
     pub(crate) name: Value,
     pub(crate) krate: Value,
     /// Whether the whole list could be read. After a syntax error the keys
@@ -184,6 +190,7 @@ impl Args {
             "sweep_ms" => &mut self.sweep_ms,
             "absent_ttl_ms" => &mut self.absent_ttl_ms,
             "load_timeout_ms" => &mut self.load_timeout_ms,
+            "lost_grace_ms" => &mut self.lost_grace_ms,
             "name" => &mut self.name,
             "crate" => &mut self.krate,
             _ => return None,
@@ -206,6 +213,7 @@ pub(crate) fn parse(tokens: TokenStream) -> Args {
         sweep_ms: Value::Absent,
         absent_ttl_ms: Value::Absent,
         load_timeout_ms: Value::Absent,
+        lost_grace_ms: Value::Absent,
         name: Value::Absent,
         krate: Value::Absent,
         complete: true,

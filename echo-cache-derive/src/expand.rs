@@ -28,6 +28,7 @@ pub(crate) fn expand(decl: &Decl, input: &DeriveInput) -> TokenStream {
     let sweep_ms = option(decl.sweep_ms.map(|s| quote!(#s)));
     let absent_ttl_ms = option(decl.absent_ttl_ms.map(|a| quote!(#a)));
     let load_timeout_ms = option(decl.load_timeout_ms.map(|l| quote!(#l)));
+    let lost_grace_ms = option(decl.lost_grace_ms.map(|l| quote!(#l)));
     let fingerprint = fingerprint(input);
     let import = import_private(&decl.krate);
     let fetch = fetch(input);
@@ -57,6 +58,7 @@ pub(crate) fn expand(decl: &Decl, input: &DeriveInput) -> TokenStream {
                         sweep_ms: #sweep_ms,
                         absent_ttl_ms: #absent_ttl_ms,
                         load_timeout_ms: #load_timeout_ms,
+                        lost_grace_ms: #lost_grace_ms,
                         coherence: __echo_private::Coherence::#coherence,
                         placement: __echo_private::Placement::#placement,
                         eviction: __echo_private::Eviction::#eviction,

@@ -47,6 +47,7 @@ pub(crate) struct Decl {
     pub(crate) sweep_ms: Option<u64>,
     pub(crate) absent_ttl_ms: Option<u64>,
     pub(crate) load_timeout_ms: Option<u64>,
+    pub(crate) lost_grace_ms: Option<u64>,
     pub(crate) name: String,
     pub(crate) krate: syn::Path,
 }
@@ -118,6 +119,8 @@ pub(crate) fn validate(mut args: Args, input: &DeriveInput) -> Result<Decl, Inva
         .and_then(|(at, lit)| errors.check(at, integer(lit, "absent_ttl_ms")));
     let load_timeout_ms = (args.load_timeout_ms.lit())
         .and_then(|(at, lit)| errors.check(at, positive(lit, "load_timeout_ms")));
+    let lost_grace_ms = (args.lost_grace_ms.lit())
+        .and_then(|(at, lit)| errors.check(at, lost_grace(lit, coherence)));
     let name = match args.name.lit() {
         Some((at, lit)) => errors.check(at, table_name(lit)),
         None => errors.check(At::Item, derived_name(input)),
@@ -150,6 +153,7 @@ pub(crate) fn validate(mut args: Args, input: &DeriveInput) -> Result<Decl, Inva
             sweep_ms,
             absent_ttl_ms,
             load_timeout_ms,
+            lost_grace_ms,
             name,
             krate,
         }),
@@ -289,6 +293,33 @@ fn jitter(lit: &Lit) -> syn::Result<f64> {
             ),
         ))
     }
+}
+
+/// The longest `lost_grace_ms`: the window is a short bridge over a
+/// reconnection, not a way to run without coherence.
+const MAX_LOST_GRACE_MS: u64 = 60_000;
+
+/// `lost_grace_ms`, for a table of `coherence` (a variant name; `None`
+/// when it did not parse).
+fn lost_grace(lit: &Lit, coherence: Option<&str>) -> syn::Result<u64> {
+    let grace = integer(lit, "lost_grace_ms")?;
+    if coherence == Some("None") {
+        return Err(syn::Error::new(
+            lit.span(),
+            "`lost_grace_ms` applies to a table with an invalidation channel: \
+             declare `coherence = \"tracking\"`, `\"broadcast\"` or `\"durable\"`",
+        ));
+    }
+    if grace > MAX_LOST_GRACE_MS {
+        return Err(syn::Error::new(
+            lit.span(),
+            format!(
+                "`lost_grace_ms` is at most {MAX_LOST_GRACE_MS} (a minute), not {grace}: \
+                 it is how long L1 keeps serving, unverified, while the channel is down"
+            ),
+        ));
+    }
+    Ok(grace)
 }
 
 fn coherence(lit: &Lit) -> syn::Result<&'static str> {

@@ -48,6 +48,7 @@ pub struct SpecParts {
     pub sweep_ms: Option<u64>,
     pub absent_ttl_ms: Option<u64>,
     pub load_timeout_ms: Option<u64>,
+    pub lost_grace_ms: Option<u64>,
     pub coherence: Coherence,
     pub placement: Placement,
     pub eviction: Eviction,
@@ -80,6 +81,10 @@ impl SpecParts {
                 None => TableSpec::DEFAULT_ABSENT_TTL_MS,
             },
             load_timeout_ms: self.load_timeout_ms,
+            lost_grace_ms: match self.lost_grace_ms {
+                Some(grace) => grace,
+                None => 0,
+            },
             coherence: self.coherence,
             placement: self.placement,
             eviction: self.eviction,

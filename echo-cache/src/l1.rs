@@ -734,6 +734,23 @@ impl<T> Rows<T> {
         true
     }
 
+    /// The key and version of every row, live or not yet swept.
+    pub(crate) fn versions(&self) -> Vec<(u64, u64)> {
+        let mut rows = Vec::with_capacity(self.len());
+        for shard in &self.shards {
+            let tally = shard.lock();
+            let Some(array) = shard.array(&tally) else {
+                continue;
+            };
+            rows.extend(
+                (array.slots().iter())
+                    .filter(|slot| is_row(slot.value.load(Relaxed)))
+                    .map(|slot| (slot.key.load(Relaxed), slot.version.load(Relaxed))),
+            );
+        }
+        rows
+    }
+
     /// Removes the rows whose expiry `dead` picks; how many.
     fn remove_where(&self, dead: impl Fn(u64) -> bool) -> usize {
         let mut removed = 0;

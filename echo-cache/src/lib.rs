@@ -71,6 +71,7 @@
 //! | `sweep_ms` | `1_000` | period of the sweeper, > 0 |
 //! | `absent_ttl_ms` | `0` | how long the loader's "not found" is remembered (0: not at all) |
 //! | `load_timeout_ms` | [`Builder::load_timeout`] (30 s) | the deadline of a flight, > 0 (see [`Error::LoadTimeout`]) |
+//! | `lost_grace_ms` | `0` | how long L1 keeps serving, unverified, once the invalidation channel is lost; at most 60,000, not with `coherence = "none"` (see [A lost channel](#a-lost-channel)) |
 //! | `name` | the type's name in snake case | table name, `[a-z0-9_]+`, unique in the program |
 //! | `crate` | `"::echo_cache"` | path of this crate, for re-exports |
 //!
@@ -344,7 +345,41 @@
 //! - a fill overtaken by an invalidation is installed nowhere;
 //! - a node whose invalidation channel is lost (closed, killed, or silent
 //!   past [`Builder::coherence_ping_every`]) flushes the table's L1 and
-//!   reads around it ([`Health::Bypassing`]) until the channel is back.
+//!   reads around it ([`Health::Bypassing`]) until the channel is back,
+//!   unless the table declares a grace (below).
+//!
+//! ## A lost channel
+//!
+//! Flush-and-bypass is the safe default: a node that cannot hear
+//! invalidations serves nothing it cannot vouch for, at the cost of every
+//! read going to L2 or the loader until the channel is back. A table that
+//! prefers availability declares `lost_grace_ms` (at most a minute): its
+//! L1 keeps serving, unverified ([`Health::Unverified`]), for at most that
+//! long after the loss. If the channel is back within it, the rows kept are
+//! verified before they are trusted again: a `durable` lane catches up on
+//! what it missed (its stream keeps it); a `tracking` or `broadcast` table
+//! reads the version of every row it kept from L2 (64 reads in flight) and
+//! drops each row older than L2's frame or tombstone, or without one. If
+//! the grace runs out first, L1 is flushed and bypassed as without one.
+//!
+//! The trade-off, in figures: reads on that node may be stale by up to the
+//! grace (plus the verification's reads, one round trip per 64 rows, if the
+//! channel came back), instead of D; in return a reconnection costs no
+//! cold L1. Choose it for data a service would rather serve a little old
+//! than reload all at once (a catalogue), never for revocations (sessions).
+//!
+//! ```standalone_crate
+//! use echo_cache::near_cache;
+//!
+//! // Keep serving the catalogue for up to 2 s while the channel reconnects.
+//! #[near_cache(kind = "ITM", ttl_ms = 600_000, coherence = "broadcast", lost_grace_ms = 2_000)]
+//! #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+//! pub struct Item {
+//!     pub title: String,
+//! }
+//!
+//! assert_eq!(<Item as echo_cache::Cached>::spec().lost_grace_ms(), 2_000);
+//! ```
 //!
 //! Versions are snowflakes ([`Minter`]): across nodes their order is the
 //! order of the nodes' wall clocks, so keep clocks synchronised; skew of
@@ -477,6 +512,7 @@ mod export;
 mod fetch;
 mod fetched;
 mod flight;
+mod grace;
 pub mod guide;
 mod id;
 pub mod keyspace;

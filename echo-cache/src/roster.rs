@@ -21,6 +21,10 @@ pub enum Health {
     /// The table's invalidation channel is down: L1 is flushed and reads
     /// bypass it (served from L2 or the loader) until the channel is back.
     Bypassing,
+    /// The table's invalidation channel is down, or back but not yet
+    /// verified, within its `lost_grace_ms`: L1 keeps serving rows that may
+    /// have missed invalidations. See [A lost channel](crate#a-lost-channel).
+    Unverified,
 }
 
 /// One running table, as [`Cache::tables`](crate::Cache::tables) lists it.

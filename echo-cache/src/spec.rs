@@ -183,6 +183,8 @@ pub struct TableSpec {
     pub(crate) absent_ttl_ms: u64,
     /// `None`: the cache's [`Builder::load_timeout`](crate::Builder::load_timeout).
     pub(crate) load_timeout_ms: Option<u64>,
+    /// 0: flush and bypass as soon as the channel is lost.
+    pub(crate) lost_grace_ms: u64,
     pub(crate) coherence: Coherence,
     pub(crate) placement: Placement,
     pub(crate) eviction: Eviction,
@@ -258,6 +260,15 @@ impl TableSpec {
     #[must_use]
     pub const fn load_timeout_ms(&self) -> Option<u64> {
         self.load_timeout_ms
+    }
+
+    /// How long L1 keeps serving, unverified, once the table's
+    /// invalidation channel is lost (`lost_grace_ms`; 0, the default: it is
+    /// flushed and bypassed at once). See
+    /// [A lost channel](crate#a-lost-channel).
+    #[must_use]
+    pub const fn lost_grace_ms(&self) -> u64 {
+        self.lost_grace_ms
     }
 
     /// The coherence mode.

@@ -22,12 +22,12 @@ use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
+use futures_util::{FutureExt, StreamExt};
 use tokio::runtime::Handle;
 use tokio::sync::{Notify, watch};
 use tracing::instrument::Instrumented;
@@ -42,6 +42,7 @@ use crate::epoch;
 use crate::error::{BoxError, Error};
 use crate::fetched::{Fetched, Source};
 use crate::flight::{Flights, Joined};
+use crate::grace::{Grace, OnLoss, Over};
 use crate::id::{Id, RawId};
 use crate::l1::{self, Live, Row, Rows};
 use crate::l2::{Codec, Found, Postcard, Tier, Write};
@@ -165,7 +166,8 @@ pub(crate) fn open<T: Cached>(decl: &'static Declaration, shared: &Shared) -> Op
         .spec
         .load_timeout_ms
         .map_or(shared.load_timeout, Duration::from_millis);
-    Ok(Arc::new(Table::<T> {
+    Ok(Arc::new_cyclic(|me| Table::<T> {
+        me: me.clone(),
         spec: &decl.spec,
         load_timeout,
         rows: Rows::new(&decl.spec),
@@ -178,6 +180,7 @@ pub(crate) fn open<T: Cached>(decl: &'static Declaration, shared: &Shared) -> Op
         announcer,
         runtime: shared.runtime.clone(),
         trusted: AtomicBool::new(!coherent),
+        grace: Grace::new(decl.spec.lost_grace_ms),
         applied: Applied::new(),
         readiness: Arc::clone(&shared.readiness),
         backlog: Backlog::new(shared.backlog_limit),
@@ -187,7 +190,13 @@ pub(crate) fn open<T: Cached>(decl: &'static Declaration, shared: &Shared) -> Op
     }))
 }
 
+/// L2 reads in flight at once while verifying the rows kept through a
+/// lost channel's grace.
+const VERIFY_CONCURRENCY: usize = 64;
+
 pub(crate) struct Table<T> {
+    /// The table itself, for the tasks it spawns.
+    me: Weak<Table<T>>,
     spec: &'static TableSpec,
     /// The deadline of a flight.
     load_timeout: Duration,
@@ -205,6 +214,8 @@ pub(crate) struct Table<T> {
     /// coherent table is down: L1 is then empty (flushed when the channel
     /// was lost) and nothing is installed, so reads bypass it.
     trusted: AtomicBool,
+    /// How long L1 keeps serving once the channel is lost.
+    grace: Grace,
     /// Newest invalidation applied per id (versioned modes).
     applied: Applied,
     readiness: Arc<Readiness>,
@@ -624,8 +635,34 @@ impl<T: Cached> Table<T> {
     }
 
     /// The invalidation channel is lost: invalidations may be missed from
-    /// now on, so drop every row and keep none until it is back.
+    /// now on, so drop every row and keep none until it is back; or, with a
+    /// grace, keep serving them, unverified, for at most the grace.
     pub(crate) fn distrust(&self) {
+        match self.grace.lost(self.trusted.load(Relaxed)) {
+            OnLoss::Bypass => self.bypass(),
+            OnLoss::Serving => {}
+            OnLoss::Serve(generation) => {
+                let (Some(runtime), Some(me)) = (&self.runtime, self.me.upgrade()) else {
+                    self.grace.over(generation);
+                    return self.bypass();
+                };
+                tracing::warn!(
+                    table = self.spec.name,
+                    grace_ms = self.grace.ms,
+                    "invalidation channel lost: L1 keeps serving, unverified, for the grace"
+                );
+                self.readiness.changed();
+                let grace = Duration::from_millis(self.grace.ms);
+                runtime.spawn(async move {
+                    tokio::time::sleep(grace).await;
+                    me.grace_over(generation);
+                });
+            }
+        }
+    }
+
+    /// Flushes L1 and keeps no row until the channel is back.
+    fn bypass(&self) {
         let was = self.trusted.swap(false, Relaxed);
         self.flush();
         self.readiness.changed();
@@ -637,15 +674,86 @@ impl<T: Cached> Table<T> {
         }
     }
 
+    /// The grace of loss `generation` ran out.
+    fn grace_over(&self, generation: u64) {
+        match self.grace.over(generation) {
+            Over::Nothing => {}
+            Over::Flush => {
+                self.flush();
+                self.readiness.changed();
+                tracing::warn!(
+                    table = self.spec.name,
+                    "lost-channel grace over before L1 was verified: L1 flushed"
+                );
+            }
+            Over::Bypass => self.bypass(),
+        }
+    }
+
     /// The invalidation channel is (back) up: flights that read during the
-    /// gap are overtaken, and L1 keeps rows again.
+    /// gap are overtaken, and L1 keeps rows again. Rows kept through a
+    /// grace are verified: by the lane's catch-up (`durable`, done before
+    /// this), else against L2.
     pub(crate) fn trust(&self) {
         let was = self
             .flights
             .overtake_all(|| self.trusted.swap(true, Relaxed));
+        if let Some(generation) = self.grace.up() {
+            match (self.spec.coherence, &self.runtime, self.me.upgrade()) {
+                (Coherence::Durable, ..) => {
+                    self.grace.verified(generation);
+                }
+                (_, Some(runtime), Some(me)) => {
+                    runtime.spawn(async move { me.verify(generation).await });
+                }
+                _ => self.grace_over(generation),
+            }
+        }
         self.readiness.changed();
         if !was {
             tracing::info!(table = self.spec.name, "invalidation channel up: L1 in use");
+        }
+    }
+
+    /// Verifies the rows kept through the grace of loss `generation`
+    /// against L2: a row older than L2's frame or tombstone, or without
+    /// one, is dropped. A failure flushes them all.
+    async fn verify(&self, generation: u64) {
+        let Some(tier) = &self.tier else {
+            return;
+        };
+        let rows = self.rows.versions();
+        let checked = rows.len();
+        let checks = futures_util::stream::iter(rows)
+            .map(|(key, version)| async move { (key, version, tier.version(key).await) })
+            .buffer_unordered(VERIFY_CONCURRENCY);
+        futures_util::pin_mut!(checks);
+        let mut dropped = 0;
+        while let Some((key, version, l2)) = checks.next().await {
+            let newer = match l2 {
+                Ok(l2) => l2.unwrap_or(version + 1),
+                Err(failure) => {
+                    tracing::warn!(table = self.spec.name, %failure, "verifying L1 failed");
+                    return self.grace_over(generation);
+                }
+            };
+            if newer > version
+                && self
+                    .flights
+                    .overtake(key, || self.rows.remove_older(key, Some(newer)))
+            {
+                dropped += 1;
+            }
+        }
+        self.rows.collect_if_due();
+        if self.grace.verified(generation) {
+            self.readiness.changed();
+            tracing::info!(
+                table = self.spec.name,
+                checked,
+                dropped,
+                "L1 kept through the lost channel verified against L2"
+            );
         }
     }
 
@@ -734,6 +842,8 @@ impl<T: Cached> AnyTable for Table<T> {
                 Health::L2Down
             } else if !self.trusted.load(Relaxed) {
                 Health::Bypassing
+            } else if self.grace.is_unverified() {
+                Health::Unverified
             } else if self.rows.is_full() {
                 Health::Full
             } else {

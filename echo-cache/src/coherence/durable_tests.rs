@@ -23,6 +23,7 @@ const fn spec(name: &'static str, kind: &'static str) -> TableSpec {
         sweep_ms: 1_000,
         absent_ttl_ms: 0,
         load_timeout_ms: None,
+        lost_grace_ms: 0,
         coherence: Coherence::Durable,
         placement: crate::Placement::Table,
         eviction: crate::Eviction::Hot,

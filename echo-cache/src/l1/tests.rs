@@ -21,6 +21,7 @@ fn table<T>(max_size: usize, eviction: Eviction) -> Rows<T> {
         sweep_ms: None,
         absent_ttl_ms: None,
         load_timeout_ms: None,
+        lost_grace_ms: None,
         coherence: crate::Coherence::None,
         placement: crate::Placement::Table,
         eviction,

@@ -194,6 +194,25 @@ impl<T: Cached> Tier<T> {
         }
     }
 
+    /// The version of what L2 holds for `key`: a value's or a tombstone's,
+    /// `None` for no key or a frame that is not this table's.
+    pub(crate) async fn version(&self, key: u64) -> Result<Option<u64>, Failure> {
+        let id_key = self.key(key);
+        let get = Cmd::new().arg("GET").arg(&id_key).clone();
+        let frame: Option<Vec<u8>> = self.server.query(self.lane(&id_key), get).await?;
+        Ok(
+            match frame
+                .as_deref()
+                .map(|f| frame::decode(f, T::KIND, self.schema))
+            {
+                Some(Ok(Frame::Value(version, _) | Frame::Tombstone(version))) => {
+                    Some(version.payload())
+                }
+                Some(Err(_)) | None => None,
+            },
+        )
+    }
+
     fn bad_frame(&self, key: u64, reason: &str, counters: &Counters) {
         Counters::bump(&counters.decode_errors);
         self.read_warning.emit(|n| {
