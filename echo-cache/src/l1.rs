@@ -37,13 +37,16 @@
 //! Eviction is a clock over each shard's slots with `TinyLFU` admission:
 //!
 //! - A hit marks its row read: a relaxed load of the row's mark byte, and
-//!   a store only if it was unmarked (once per turn of the hand, not once
-//!   per hit; no lock, no read-modify-write).
+//!   a store only if it was not marked read (once per turn of the hand,
+//!   not once per hit; no lock, no read-modify-write). The hand writes the
+//!   other marks: how many times it passed the row unread.
 //! - A new row's id is counted in its shard's [`Sketch`] (misses only).
 //!   The shard's hand then turns: a dead row is taken at once; a marked
 //!   row is unmarked (and counted in the sketch: it was read) and spared;
 //!   the first unmarked row, or the least asked-for of it and the next
-//!   few unmarked ones, is the victim.
+//!   few unmarked ones, is the victim; a row's count is halved for every
+//!   two passes of the hand it was not read since (a hot set that moved
+//!   on loses its rank as fast as rows are evicted).
 //! - The victim goes only if the new id was asked for at least twice and
 //!   more often than the victim plus one: one-off ids (a scan) never evict,
 //!   and two rows asked for equally often do not trade places (a loop a
@@ -547,8 +550,8 @@ impl<T> Rows<T> {
         // wait for this load's cache line.
         // SAFETY: `i < capacity`, the marks' count.
         let mark = unsafe { array.marks().get_unchecked(i) };
-        if mark.load(Relaxed) == 0 {
-            mark.store(1, Relaxed);
+        if mark.load(Relaxed) != evict::READ {
+            mark.store(evict::READ, Relaxed);
         }
         Some(Live { value, version })
     }

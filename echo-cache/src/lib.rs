@@ -141,9 +141,12 @@
 //!   read-modify-write on the hit). A new row's id is counted in a small
 //!   frequency sketch (`TinyLFU`'s count-min, 4-bit counters, halved as it
 //!   ages); the hand spares and unmarks marked rows and offers the first
-//!   unmarked one (or the least asked-for of a few). The new row takes its
-//!   place only if its id was asked for at least twice lately and more
-//!   often than the victim's plus one ([`Stats::evictions`]); otherwise it
+//!   unmarked one (or the least asked-for of a few, a row's count halved
+//!   for every two passes of the hand it was not read since: a hot set
+//!   that moved on loses its place). The new row takes its place only if
+//!   its id was asked for at least twice lately (three times against a row
+//!   whose count was halved) and more often than the victim's plus one
+//!   ([`Stats::evictions`]); otherwise it
 //!   is served without being kept ([`Stats::full_skips`]). So a table full
 //!   of cold rows admits an id on its second miss, a scan of one-off ids
 //!   evicts nothing, and a loop a little larger than the table keeps most
