@@ -17,6 +17,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use foldhash::fast::FixedState;
 use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
 use futures_util::stream::{FuturesUnordered, StreamExt};
@@ -83,7 +84,7 @@ impl<T: Cached> Table<T> {
     ) -> Vec<Result<Fetched<T>, Error>> {
         // The distinct keys, in the order first given, and where each
         // given key's answer is among theirs.
-        let mut first: HashMap<u64, usize, foldhash::fast::FixedState> = HashMap::default();
+        let mut first: HashMap<u64, usize, FixedState> = HashMap::default();
         let mut distinct = Vec::with_capacity(keys.len());
         let at: Vec<usize> = (keys.iter())
             .map(|&key| {
@@ -257,9 +258,10 @@ impl<T: Cached> Table<T> {
             .iter()
             .map(|_| Minter::global().mint_raw(T::KIND))
             .collect();
-        let mut found: HashMap<u64, T, foldhash::fast::FixedState> = match batch(ids).await {
+        let mut found: HashMap<u64, T, FixedState> = match batch(ids).await {
             Ok(found) => {
-                let mut by_key = HashMap::with_capacity_and_hasher(found.len(), Default::default());
+                let mut by_key =
+                    HashMap::with_capacity_and_hasher(found.len(), FixedState::default());
                 for (id, value) in found {
                     // The first value of an id answered twice; ids not
                     // asked for are left out.
