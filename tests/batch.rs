@@ -432,6 +432,29 @@ async fn an_invalidation_during_the_batch_load_wins() {
     assert!(after.version() > ok(&answers[0]).version());
 }
 
+#[tokio::test]
+async fn a_spread_table_on_one_server_reads_in_one_mget() {
+    // One server has no slots: the spread keys go in one MGET too.
+    let server = RedisServer::start();
+    let node = || {
+        single(builder().l2(server.url()), &Calls::default())
+            .build()
+            .unwrap()
+    };
+    let (a, b) = (node(), node());
+    let ids: Vec<Id<Spread>> = (0..10).map(|_| Id::mint()).collect();
+    for &id in &ids {
+        a.fetch(id).await.unwrap();
+    }
+    reset_counters(&server);
+    let answers = bounded("the batch", b.fetch_many(ids.iter().copied())).await;
+    for (answer, id) in answers.iter().zip(&ids) {
+        let answer = answer.as_ref().unwrap();
+        assert_eq!((answer.id, answer.source()), (id.payload(), Source::L2));
+    }
+    assert_eq!(mgets(&server), 1);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_spread_table_on_a_cluster_reads_one_mget_per_slot() {
     let cluster = RedisCluster::start(3, 0);
