@@ -729,7 +729,7 @@ impl Builder {
     /// let users = cache.fetch_many(ids).await;
     /// assert_eq!(QUERIES.load(Ordering::Relaxed), 1);
     /// assert_eq!(users[1].as_ref().unwrap().name, format!("user {}", Id::<User>::from_payload(2)));
-    /// assert!(users[0].as_ref().unwrap_err().is_not_found());
+    /// assert!(users[0].as_ref().is_err_and(|e| e.is_not_found()));
     ///
     /// // A single fetch of a table with only a batch loader: a batch of one.
     /// let user = cache.fetch(Id::<User>::from_payload(12)).await?;
