@@ -174,7 +174,7 @@ async fn without_a_batch_loader_the_misses_load_at_once() {
             let gate = loader_gate.clone();
             async move {
                 gate.pass().await;
-                Ok::<_, Infallible>((id.payload() % 2 == 0).then(|| item(id, 0)))
+                Ok::<_, Infallible>(id.payload().is_multiple_of(2).then(|| item(id, 0)))
             }
         })
         .build()
@@ -227,7 +227,7 @@ async fn hits_l2_hits_and_loads_in_one_call_one_mget_one_batch_load() {
     assert_eq!(mgets(&server), 1, "one L2 round trip for the four misses");
     assert_eq!(
         batches.calls(),
-        [fresh.clone()],
+        std::slice::from_ref(&fresh),
         "one batch load, of what L2 had not"
     );
     assert_eq!(calls.get(), 1, "the single loader ran only for `hot`");
