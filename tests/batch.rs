@@ -335,6 +335,19 @@ async fn absent_ids_are_not_found_and_a_batch_error_fails_its_ids() {
     }
     assert_eq!(failing.stats::<Item>().load_errors, 2);
     assert_eq!(failing.stats::<Item>().in_flight, 0);
+
+    // `without_loader` drops a batch loader too; the last call wins.
+    let unloaded = batched(builder(), &batches, &open(), &[]).without_loader::<Item>();
+    let unloaded = unloaded.build().unwrap();
+    let answers = unloaded.fetch_many([a]).await;
+    assert!(
+        matches!(answers[0], Err(Error::NoLoader { .. })),
+        "{answers:?}"
+    );
+    let reloaded = builder().without_loader::<Item>();
+    let reloaded = batched(reloaded, &batches, &open(), &[]).build().unwrap();
+    assert_eq!(ok(&reloaded.fetch_many([a]).await[0]).id, a.payload());
+    assert_eq!(reloaded.fetch(b).await.unwrap().source(), Source::Fill);
 }
 
 #[tokio::test]
@@ -508,4 +521,41 @@ async fn a_spread_table_on_a_cluster_reads_one_mget_per_slot() {
     );
     let sent: u64 = masters.iter().map(|master| mgets(master)).sum();
     assert_eq!(sent, 1);
+}
+
+#[tokio::test]
+async fn a_batch_loader_that_panics_fails_its_ids_and_the_next_call_loads_afresh() {
+    let panics = Calls::default();
+    let counted = panics.clone();
+    let cache = builder()
+        .loader_many(move |ids: Vec<Id<Item>>| {
+            let first = counted.count() == 0;
+            async move {
+                assert!(!first, "the first batch panics");
+                Ok::<_, Infallible>(
+                    ids.into_iter()
+                        .map(|id| (id, item(id, 0)))
+                        .collect::<Vec<_>>(),
+                )
+            }
+        })
+        .build()
+        .unwrap();
+    let [a, b] = [(); 2].map(|()| Id::<Item>::mint());
+    let answers = bounded("the batch", cache.fetch_many([a, b])).await;
+    for answer in &answers {
+        match answer {
+            Err(Error::FlightCrashed { message, .. }) => {
+                assert!(message.contains("the first batch panics"), "{message}");
+            }
+            other => panic!("a crash, not {other:?}"),
+        }
+    }
+    assert_eq!(cache.stats::<Item>().in_flight, 0);
+    let answers = bounded("the batch", cache.fetch_many([a, b])).await;
+    assert!(
+        answers
+            .iter()
+            .all(|answer| ok(answer).source() == Source::Fill)
+    );
 }

@@ -692,8 +692,11 @@ impl Builder {
     /// flight or L2 (a `WHERE id = ANY($1)` query, say). It answers the
     /// values it found, by id, as any `IntoIterator` of `(Id<T>, T)` (a
     /// `Vec`, a `HashMap`); an id it leaves out is not found
-    /// ([`Error::NotFound`]). Its error fails every id of the call
-    /// ([`Error::Load`]), as a loader's fails its id.
+    /// ([`Error::NotFound`]), an id it was not asked for is ignored, and
+    /// of an id answered twice the first value is kept. Its error fails
+    /// every id of the call ([`Error::Load`]), as a loader's fails its id;
+    /// so does its panic ([`Error::FlightCrashed`]), and the table's load
+    /// timeout bounds the call as it bounds a flight.
     ///
     /// A table with a batch loader and no loader (neither given nor
     /// declared) loads a [`fetch`](Cache::fetch)'s id as a batch of one.
