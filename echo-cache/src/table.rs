@@ -12,6 +12,9 @@
 //! 4. [`Table::land`]: install the value in L1 unless a write overtook the
 //!    flight, and answer every waiter.
 //!
+//! [`batch`] runs these steps for many ids at once: each id still has its
+//! flight, and the flights one call leads resolve together.
+//!
 //! No user code (a loader, a codec, a value's `Drop`) runs under the
 //! table's locks: rows a write or a landing declines are dropped, and
 //! retired values freed, after the locks are released.
