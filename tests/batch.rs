@@ -2,8 +2,9 @@
 //! servers: answers in the order of the ids, a duplicate read once, L1 hits,
 //! L2 hits and loads mixed in one call with one `MGET` and one batch-loader
 //! call, the single loader as the fallback, the herd rules per id (a
-//! concurrent fetch joins, an invalidation wins), L1-only, and a spread
-//! table on a real cluster.
+//! concurrent fetch joins, an invalidation wins), a batch loader's error
+//! and panic, a timeout that leaves the flights to land, L1-only, and a
+//! spread table on one server and on a real cluster.
 //!
 //! Loaders that must be caught in the act wait on a [`Gate`] the test
 //! opens once the fact it checks is observed: nothing sleeps.
@@ -558,4 +559,29 @@ async fn a_batch_loader_that_panics_fails_its_ids_and_the_next_call_loads_afresh
             .iter()
             .all(|answer| ok(answer).source() == Source::Fill)
     );
+}
+
+#[tokio::test]
+async fn a_batch_that_times_out_leaves_its_flights_to_land() {
+    let (batches, gate) = (Batches::default(), Gate::closed());
+    let cache = batched(builder(), &batches, &gate, &[]).build().unwrap();
+    let [a, b] = [(); 2].map(|()| Id::<Item>::mint());
+    cache.put(b, item(b, 3)).await.unwrap();
+
+    // The gate stays closed until the batch has given up on `a`.
+    let answers = cache
+        .fetch_many_within([a, b], Some(Duration::from_millis(20)))
+        .await;
+    assert!(
+        matches!(answers[0], Err(Error::Timeout { .. })),
+        "{answers:?}"
+    );
+    assert_eq!(ok(&answers[1]).revision, 3, "b, from L1");
+    gate.open();
+    eventually("the detached flight to land", async || {
+        cache.stats::<Item>().in_flight == 0
+    })
+    .await;
+    assert_eq!(cache.fetch(a).await.unwrap().source(), Source::Hit);
+    assert_eq!(batches.calls(), [vec![a]], "one load of a");
 }
