@@ -20,6 +20,7 @@ use crate::connections::{Address, Server};
 use crate::directory::{self, DECLARATIONS, Declaration};
 use crate::error::{BoxError, Error};
 use crate::fetch::Fetch;
+use crate::fetched::Fetched;
 use crate::id::{Id, IdOf, RawId};
 use crate::l1;
 use crate::l2::Codec;
@@ -154,6 +155,94 @@ impl Cache {
         timeout: Option<Duration>,
     ) -> Fetch<'_, T> {
         Fetch::new(self, id.__id(), timeout)
+    }
+
+    /// Reads the values of many ids of `T` at once: one answer per id, in
+    /// the order of `ids`, each what [`fetch`](Self::fetch) of the id would
+    /// answer, in fewer round trips.
+    ///
+    /// - Ids in L1 are answered in the caller's thread.
+    /// - Each other id joins the flight of its id if one is under way (a
+    ///   [`fetch`](Self::fetch) of it, another batch): the herd rules hold
+    ///   per id.
+    /// - The rest are read from L2 together: one `MGET` for a table's keys
+    ///   (they share a slot), one per slot, sent at once, for a
+    ///   [spread](crate::Placement::Spread) table on a cluster.
+    /// - What L2 has not got is loaded by one call of the table's batch
+    ///   loader ([`Builder::loader_many`]), or by its loader once per id,
+    ///   all at once, if it has none.
+    ///
+    /// An id given twice is read once and answered in both places. Every
+    /// id read is installed in L1 and L2 and counted ([`Stats`]) as a
+    /// fetch of it would be; an invalidation or a put of an id while the
+    /// batch loads it wins, as with `fetch`. `ids` is read when this is
+    /// called; nothing else happens until the future is polled.
+    ///
+    /// Waits at most the cache's fetch timeout (see
+    /// [`Builder::fetch_timeout`]) for all of them: an id not answered by
+    /// then answers [`Error::Timeout`], and its flight goes on.
+    ///
+    /// ```standalone_crate
+    /// use echo_cache::{near_cache, Cache, Id, Source};
+    ///
+    /// #[near_cache(kind = "USR", ttl_ms = 60_000)]
+    /// #[derive(serde::Serialize, serde::Deserialize)]
+    /// pub struct User { pub name: String }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), echo_cache::Error> {
+    /// let cache = Cache::builder()
+    ///     .loader(|id: Id<User>| async move {
+    ///         Ok::<_, std::io::Error>(Some(User { name: format!("user {id}") }))
+    ///     })
+    ///     .build()?;
+    /// let (ada, bob) = (Id::<User>::mint(), Id::<User>::mint());
+    /// let hit = cache.fetch(ada).await?;
+    ///
+    /// let users = cache.fetch_many([bob, ada, bob]).await;
+    /// let users: Vec<_> = users.into_iter().collect::<Result<_, _>>()?;
+    /// assert_eq!(users[0].name, format!("user {bob}"));
+    /// assert_eq!(users[0].source(), Source::Fill); // loaded once…
+    /// assert_eq!(users[2].version(), users[0].version()); // …answered twice
+    /// assert_eq!(users[1].source(), Source::Hit);
+    /// assert_eq!(users[1].version(), hit.version());
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// Each id's own, as [`fetch`](Self::fetch)'s: [`Error::NotFound`] for
+    /// an id the loader did not find, [`Error::Load`] for each id of a
+    /// batch whose loader failed, and so on.
+    pub fn fetch_many<T: Cached, I>(
+        &self,
+        ids: I,
+    ) -> impl Future<Output = Vec<Result<Fetched<T>, Error>>> + Send + 'static
+    where
+        I: IntoIterator,
+        I::Item: IdOf<T>,
+    {
+        self.fetch_many_within(ids, self.fetch_timeout)
+    }
+
+    /// [`fetch_many`](Self::fetch_many) with its own timeout (`None`: wait
+    /// as long as the flights take).
+    ///
+    /// # Errors
+    ///
+    /// As [`fetch_many`](Self::fetch_many).
+    pub fn fetch_many_within<T: Cached, I>(
+        &self,
+        ids: I,
+        timeout: Option<Duration>,
+    ) -> impl Future<Output = Vec<Result<Fetched<T>, Error>>> + Send + 'static
+    where
+        I: IntoIterator,
+        I::Item: IdOf<T>,
+    {
+        let keys: Vec<u64> = ids.into_iter().map(|id| id.__id().payload()).collect();
+        self.shared_table::<T>().fetch_many(keys, timeout)
     }
 
     /// Writes `value` as the value of `id` under a fresh version, through L2
@@ -347,6 +436,8 @@ impl std::fmt::Debug for Cache {
 /// Builds a [`Cache`]: loaders, clock, timeouts.
 pub struct Builder {
     loaders: HashMap<TypeId, Box<dyn Any + Send>>,
+    /// Batch loaders, by `TypeId`, each a `BatchLoader<T>`.
+    batch_loaders: HashMap<TypeId, Box<dyn Any + Send>>,
     codecs: HashMap<TypeId, Box<dyn Any + Send>>,
     clock: Clock,
     fetch_timeout: Option<Duration>,
@@ -369,6 +460,7 @@ impl Default for Builder {
     fn default() -> Builder {
         Builder {
             loaders: HashMap::new(),
+            batch_loaders: HashMap::new(),
             codecs: HashMap::new(),
             clock: Clock::system(),
             fetch_timeout: Some(Builder::DEFAULT_FETCH_TIMEOUT),
@@ -595,6 +687,82 @@ impl Builder {
         self
     }
 
+    /// Sets the batch loader of `T`: the system of record, asked once for
+    /// all the ids a [`Cache::fetch_many`] could not answer from L1, a
+    /// flight or L2 (a `WHERE id = ANY($1)` query, say). It answers the
+    /// values it found, by id, as any `IntoIterator` of `(Id<T>, T)` (a
+    /// `Vec`, a `HashMap`); an id it leaves out is not found
+    /// ([`Error::NotFound`]), an id it was not asked for is ignored, and
+    /// of an id answered twice the first value is kept. Its error fails
+    /// every id of the call ([`Error::Load`]), as a loader's fails its id;
+    /// so does its panic ([`Error::FlightCrashed`]), and the table's load
+    /// timeout bounds the call as it bounds a flight.
+    ///
+    /// A table with a batch loader and no loader (neither given nor
+    /// declared) loads a [`fetch`](Cache::fetch)'s id as a batch of one.
+    /// Without a batch loader, `fetch_many` calls the loader once per id,
+    /// all at once. The batch loader is given the ids in the order of the
+    /// call, each once, and is never called with none.
+    ///
+    /// ```standalone_crate
+    /// use std::collections::HashMap;
+    /// use std::sync::atomic::{AtomicUsize, Ordering};
+    /// use echo_cache::{near_cache, Cache, Id};
+    ///
+    /// #[near_cache(kind = "USR", ttl_ms = 60_000)]
+    /// #[derive(serde::Serialize, serde::Deserialize)]
+    /// pub struct User { pub name: String }
+    ///
+    /// static QUERIES: AtomicUsize = AtomicUsize::new(0);
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), echo_cache::Error> {
+    /// let cache = Cache::builder()
+    ///     .loader_many(|ids: Vec<Id<User>>| async move {
+    ///         QUERIES.fetch_add(1, Ordering::Relaxed); // one query for all
+    ///         let found: HashMap<Id<User>, User> = (ids.into_iter())
+    ///             .filter(|id| id.payload() % 2 == 0) // odd ids do not exist
+    ///             .map(|id| (id, User { name: format!("user {id}") }))
+    ///             .collect();
+    ///         Ok::<_, std::io::Error>(found)
+    ///     })
+    ///     .build()?;
+    ///
+    /// let ids = (1..=10).map(Id::<User>::from_payload);
+    /// let users = cache.fetch_many(ids).await;
+    /// assert_eq!(QUERIES.load(Ordering::Relaxed), 1);
+    /// assert_eq!(users[1].as_ref().unwrap().name, format!("user {}", Id::<User>::from_payload(2)));
+    /// assert!(users[0].as_ref().is_err_and(|e| e.is_not_found()));
+    ///
+    /// // A single fetch of a table with only a batch loader: a batch of one.
+    /// let user = cache.fetch(Id::<User>::from_payload(12)).await?;
+    /// assert_eq!(QUERIES.load(Ordering::Relaxed), 2);
+    /// # let _ = user;
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn loader_many<T, F, Fut, R, E>(mut self, load: F) -> Builder
+    where
+        T: Cached,
+        F: Fn(Vec<Id<T>>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<R, E>> + Send + 'static,
+        R: IntoIterator<Item = (Id<T>, T)>,
+        E: Into<BoxError> + 'static,
+    {
+        let batch = table::batch_loader(load);
+        self.batch_loaders
+            .insert(TypeId::of::<T>(), Box::new(batch));
+        // It undoes a `without_loader::<T>()`, as `loader` does.
+        let unloaded = (self.loaders.get(&TypeId::of::<T>()))
+            .and_then(|given| given.downcast_ref::<Option<Loader<T>>>())
+            .is_some_and(Option::is_none);
+        if unloaded {
+            self.loaders.remove(&TypeId::of::<T>());
+        }
+        self
+    }
+
     /// Builds `T`'s table with no loader: for a table filled only by
     /// [`Cache::put`]. It serves what is cached and put; any other miss
     /// answers [`Error::NoLoader`]. This overrides a declared loader too,
@@ -629,6 +797,7 @@ impl Builder {
     pub fn without_loader<T: Cached>(mut self) -> Builder {
         self.loaders
             .insert(TypeId::of::<T>(), Box::new(None::<Loader<T>>));
+        self.batch_loaders.remove(&TypeId::of::<T>());
         self
     }
 
@@ -745,6 +914,7 @@ impl Builder {
             codecs: Mutex::new(self.codecs),
             #[cfg(feature = "metrics")]
             metrics_node,
+            batch_loaders: Mutex::new(self.batch_loaders),
         };
         let (opened, missing): (Vec<_>, Vec<_>) = DECLARATIONS
             .iter()

@@ -130,6 +130,17 @@
 //! sparing the system of record; a [`Cache::put`] or
 //! [`Cache::invalidate`] of the id ends it at once.
 //!
+//! # Many ids at once
+//!
+//! [`Cache::fetch_many`] reads a list of ids in one call, answering each
+//! in the order given: L1 in the caller's thread, one L2 round trip for
+//! the rest (`MGET`; one per slot for a spread table on a cluster), and
+//! one call of the table's batch loader ([`Builder::loader_many`], a
+//! `WHERE id = ANY(…)` query, say) for what L2 did not have, or its
+//! loader once per id. Each id keeps its own flight, so a batch and
+//! single fetches of the same id share one load, and an invalidation
+//! while a batch loads wins as it does for [`Cache::fetch`].
+//!
 //! # When a table is full
 //!
 //! A table holds `max_size` rows at most. Dead rows are reclaimed first;
@@ -486,9 +497,13 @@
 //!   recorded as it lands, with a `flight landed` event; the L2 read, the
 //!   loader and the L2 write run inside it. With no subscriber listening
 //!   at DEBUG, the span is skipped at its level check and the flight does
-//!   not even read the clock (unless the `metrics` feature times it);
-//! - an `l2` span (DEBUG) around each L2 operation (`op`: `read`, `write`,
-//!   `drop`, `drop_older`) with its `outcome`;
+//!   not even read the clock (unless the `metrics` feature times it).
+//!   The flights a [`Cache::fetch_many`] leads run together in a `flights`
+//!   span (DEBUG, with the number of `ids`): their L2 read, loads and L2
+//!   writes run inside it, and each id's `flight` span records its landing
+//!   as above;
+//! - an `l2` span (DEBUG) around each L2 operation (`op`: `read`,
+//!   `read_many`, `write`, `drop`, `drop_older`) with its `outcome`;
 //! - a `write` span (DEBUG) around each `put` and `invalidate` (`op`,
 //!   `id`, `version`) with a `write delivered` (or kept for later)
 //!   event, and an `invalidation applied` event (DEBUG) for each one

@@ -12,6 +12,9 @@
 //! 4. [`Table::land`]: install the value in L1 unless a write overtook the
 //!    flight, and answer every waiter.
 //!
+//! [`batch`] runs these steps for many ids at once: each id still has its
+//! flight, and the flights one call leads resolve together.
+//!
 //! No user code (a loader, a codec, a value's `Drop`) runs under the
 //! table's locks: rows a write or a landing declines are dropped, and
 //! retired values freed, after the locks are released.
@@ -50,6 +53,10 @@ use crate::mint::Minter;
 use crate::roster::{Health, Readiness, TableInfo};
 use crate::spec::{Cached, Coherence, TableSpec};
 use crate::stats::{Counters, Stats, Striped};
+
+mod batch;
+
+pub(crate) use batch::{BatchLoader, batch_loader};
 
 /// A type-erased loader of `T`.
 #[doc(hidden)]
@@ -97,6 +104,9 @@ pub(crate) struct Shared {
     /// The `node` label of the tables' metrics: the node name, if given.
     #[cfg(feature = "metrics")]
     pub(crate) metrics_node: Option<Arc<str>>,
+    /// The batch loaders the builder was given, by the `TypeId` of their
+    /// `T`, each a boxed [`BatchLoader<T>`].
+    pub(crate) batch_loaders: Mutex<HashMap<TypeId, Box<dyn Any + Send>>>,
 }
 
 impl Shared {
@@ -141,9 +151,15 @@ pub(crate) type Opened = Result<Arc<dyn AnyTable>, &'static TableSpec>;
 /// The table's spec, if it has neither and the builder did not say it
 /// needs none.
 pub(crate) fn open<T: Cached>(decl: &'static Declaration, shared: &Shared) -> Opened {
+    let batch = Shared::take::<BatchLoader<T>>(&shared.batch_loaders, TypeId::of::<T>());
     let loader = match Shared::take::<Option<Loader<T>>>(&shared.loaders, TypeId::of::<T>()) {
         Some(given) => given,
-        None => Some(T::__loader().ok_or(&decl.spec)?),
+        // A table given only a batch loader loads one id as a batch of one.
+        None => Some(
+            (T::__loader())
+                .or_else(|| batch.as_ref().map(batch::single))
+                .ok_or(&decl.spec)?,
+        ),
     };
     let tier = shared.l2.as_ref().map(|server| {
         let codec = Shared::take::<Arc<dyn Codec<T>>>(&shared.codecs, TypeId::of::<T>())
@@ -187,6 +203,7 @@ pub(crate) fn open<T: Cached>(decl: &'static Declaration, shared: &Shared) -> Op
         backlog_kick: Arc::clone(&shared.backlog_kick),
         #[cfg(feature = "metrics")]
         metrics: crate::export::Keys::new(decl.spec.name, shared.metrics_node.as_ref()),
+        batch,
     }))
 }
 
@@ -226,6 +243,9 @@ pub(crate) struct Table<T> {
     /// The keys of the table's metrics.
     #[cfg(feature = "metrics")]
     metrics: crate::export::Keys,
+    /// The loader of many ids at once, if the builder was given one
+    /// (see [`batch`]).
+    batch: Option<BatchLoader<T>>,
 }
 
 impl<T: Cached> Table<T> {
@@ -349,6 +369,12 @@ impl<T: Cached> Table<T> {
                 _ => {}
             }
         }
+        self.load(key, over_bad).await
+    }
+
+    /// Step 3's second half: the loader, whose value is written to L2
+    /// (`over_bad`: over the bad frame L2 held).
+    async fn load(&self, key: u64, over_bad: bool) -> Result<Fetched<T>, Error> {
         let loader = self.loader.as_ref().ok_or(Error::NoLoader {
             table: self.spec.name,
         })?;
@@ -357,26 +383,25 @@ impl<T: Cached> Table<T> {
         // it is there (every mode, `none` included).
         let version = Minter::global().mint_raw(T::KIND);
         match loader(Id::from_payload(key)).await {
-            Ok(Some(value)) => {
-                if let Some(tier) = &self.tier {
-                    // A fill the server did not take is only a lost chance
-                    // to share it (counted): nothing to deliver later.
-                    let (write, ttl_ms) = (Write::Fill { over_bad }, self.l2_ttl_ms());
-                    let _ =
-                        (tier.write(key, &version, &value, ttl_ms, write, &self.counters)).await;
-                }
-                Ok(Fetched::new(
-                    Arc::new(value),
-                    Source::Fill,
-                    version.payload(),
-                ))
-            }
+            Ok(Some(value)) => Ok(self.fill(key, &version, value, over_bad).await),
             Ok(None) => Err(self.not_found(key)),
             Err(source) => Err(Error::Load {
                 table: self.spec.name,
                 source: Arc::from(source),
             }),
         }
+    }
+
+    /// A loaded `value`, minted `version` before the load: written to L2,
+    /// answered as a fill.
+    async fn fill(&self, key: u64, version: &RawId, value: T, over_bad: bool) -> Fetched<T> {
+        if let Some(tier) = &self.tier {
+            // A fill the server did not take is only a lost chance to share
+            // it (counted): nothing to deliver later.
+            let (write, ttl_ms) = (Write::Fill { over_bad }, self.l2_ttl_ms());
+            let _ = (tier.write(key, version, &value, ttl_ms, write, &self.counters)).await;
+        }
+        Fetched::new(Arc::new(value), Source::Fill, version.payload())
     }
 
     /// Step 4: installs the outcome unless overtaken, answers every waiter;

@@ -38,6 +38,8 @@ use crate::mint::Minter;
 use crate::spec::{Cached, Coherence, Placement, TableSpec};
 use crate::stats::Counters;
 
+mod batch;
+
 pub(crate) struct Tier<T> {
     server: Arc<Server>,
     codec: Arc<dyn Codec<T>>,

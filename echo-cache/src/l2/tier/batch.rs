@@ -1,0 +1,131 @@
+//! Reading many keys of a table at once: one `MGET` per slot.
+//!
+//! A cluster answers a multi-key command only if its keys share a slot.
+//! A table's keys do (its `{<table>}` hashtag), so its batch is one `MGET`;
+//! a spread table's batch is one `MGET` per slot, all sent at once on the
+//! multiplexed connection (pipelined to each node). One server has no
+//! slots: one `MGET` either way.
+
+use futures_util::future::join_all;
+use redis::Cmd;
+use tracing::{Instrument, field};
+
+use super::{Found, Tier};
+use crate::l2::frame::{self, Frame};
+use crate::spec::Cached;
+use crate::stats::Counters;
+
+/// The most keys one `MGET` asks for: a larger batch is split (its parts
+/// sent at once), so no one command holds the server for long.
+const MGET_KEYS: usize = 512;
+
+impl<T: Cached> Tier<T> {
+    /// What L2 holds for each of `keys`, in their order. A failed `MGET`
+    /// answers [`Found::Nothing`] for its keys, each counted as an L2 error
+    /// (as many as the reads it stands for); a key of another Redis type
+    /// reads as nothing (`MGET` answers nil for it).
+    pub(crate) async fn read_many(&self, keys: &[u64], counters: &Counters) -> Vec<Found<T>> {
+        let span = tracing::debug_span!(
+            "l2",
+            op = "read_many",
+            table = self.spec.name(),
+            ids = keys.len(),
+            outcome = field::Empty,
+        );
+        let found = (self.read_many_in(keys, counters))
+            .instrument(span.clone())
+            .await;
+        let values = found
+            .iter()
+            .filter(|found| matches!(found, Found::Value(..)))
+            .count();
+        span.record("outcome", field::display(format_args!("{values} values")));
+        found
+    }
+
+    async fn read_many_in(&self, keys: &[u64], counters: &Counters) -> Vec<Found<T>> {
+        let ids: Vec<Vec<u8>> = keys.iter().map(|&key| self.key(key)).collect();
+        // The positions of the keys, grouped by slot (on a cluster) and cut
+        // into commands.
+        let mut by_slot: Vec<(u16, Vec<usize>)> = Vec::new();
+        for (at, id) in ids.iter().enumerate() {
+            let slot = if self.server.is_cluster() {
+                self.slot_of(id)
+            } else {
+                self.slot
+            };
+            match by_slot.iter_mut().find(|(s, _)| *s == slot) {
+                Some((_, positions)) => positions.push(at),
+                None => by_slot.push((slot, vec![at])),
+            }
+        }
+        let commands = by_slot.iter().flat_map(|(slot, positions)| {
+            positions.chunks(MGET_KEYS).map(move |chunk| (*slot, chunk))
+        });
+        let replies = join_all(commands.map(async |(slot, positions)| {
+            let mut mget = Cmd::new();
+            mget.arg("MGET");
+            for &at in positions {
+                mget.arg(&ids[at]);
+            }
+            let lane = self.lane_of(slot);
+            let reply = self.server.query::<Vec<Option<Vec<u8>>>>(lane, mget).await;
+            (positions, reply)
+        }))
+        .await;
+        let mut found: Vec<Found<T>> = keys.iter().map(|_| Found::Nothing).collect();
+        for (positions, reply) in replies {
+            match reply {
+                Ok(frames) if frames.len() == positions.len() => {
+                    for (&at, frame) in positions.iter().zip(frames) {
+                        found[at] = self.found(keys[at], frame, counters);
+                    }
+                }
+                Ok(frames) => {
+                    // Not what MGET answers: treat it as a failed read.
+                    counters
+                        .l2_errors
+                        .fetch_add(positions.len() as u64, std::sync::atomic::Ordering::Relaxed);
+                    tracing::debug!(
+                        asked = positions.len(),
+                        got = frames.len(),
+                        "L2 MGET answered the wrong number of values"
+                    );
+                }
+                Err(failure) => {
+                    counters
+                        .l2_errors
+                        .fetch_add(positions.len() as u64, std::sync::atomic::Ordering::Relaxed);
+                    tracing::debug!(%failure, "L2 read failed");
+                    self.read_warning
+                        .emit(|n| self.warn_failure("read", &failure, n));
+                }
+            }
+        }
+        found
+    }
+
+    /// What the frame L2 holds for `key` (if any) says: a value, a
+    /// tombstone (nothing), or a bad frame (counted and logged).
+    fn found(&self, key: u64, frame: Option<Vec<u8>>, counters: &Counters) -> Found<T> {
+        let Some(frame) = frame else {
+            return Found::Nothing;
+        };
+        let decoded = match frame::decode(&frame, T::KIND, self.schema) {
+            Ok(Frame::Tombstone(_)) => return Found::Nothing,
+            Ok(Frame::Value(version, body)) => self
+                .codec
+                .decode(body)
+                .map(|value| (version, value))
+                .map_err(|e| format!("undecodable body: {e}")),
+            Err(error) => Err(error.to_string()),
+        };
+        match decoded {
+            Ok((version, value)) => Found::Value(version, value),
+            Err(reason) => {
+                self.bad_frame(key, &reason, counters);
+                Found::Bad
+            }
+        }
+    }
+}

@@ -1,0 +1,331 @@
+//! Many ids of one table in one call ([`Cache::fetch_many`](crate::Cache::fetch_many)).
+//!
+//! The herd rules hold per id: each id a call misses joins the flight of
+//! its id if one is under way, or starts one (one load per id at a time; a
+//! write overtakes it as usual). What differs is how the flights this call
+//! leads resolve: together, in one task, with one L2 read per slot
+//! (`MGET`), then one call of the table's batch loader for what L2 did not
+//! have (or its single loader per id, all at once, without one). Each id
+//! lands through the single path's [`Landing`], as soon as its answer is
+//! known: installed in L1 unless overtaken, counted, answered to its
+//! waiters. A batch read is indistinguishable afterwards from single reads.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use foldhash::fast::FixedState;
+use futures_util::FutureExt;
+use futures_util::future::BoxFuture;
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use tokio::runtime::Handle;
+use tokio::sync::watch;
+use tracing::Instrument;
+
+use super::{Answer, Detachable, Landing, Loader, Table, panic_message};
+use crate::error::{BoxError, Error};
+use crate::fetched::{Fetched, Source};
+use crate::flight::Joined;
+use crate::id::{Id, RawId};
+use crate::l2::Found;
+use crate::mint::Minter;
+use crate::spec::Cached;
+use crate::stats::Counters;
+
+/// A type-erased batch loader of `T`: the values it found, by id.
+pub(crate) type BatchLoader<T> =
+    Arc<dyn Fn(Vec<Id<T>>) -> BoxFuture<'static, Result<Vec<(Id<T>, T)>, BoxError>> + Send + Sync>;
+
+/// `load` as a [`BatchLoader<T>`] (see
+/// [`Builder::loader_many`](crate::Builder::loader_many)).
+pub(crate) fn batch_loader<T, F, Fut, R, E>(load: F) -> BatchLoader<T>
+where
+    T: Cached,
+    F: Fn(Vec<Id<T>>) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<R, E>> + Send + 'static,
+    R: IntoIterator<Item = (Id<T>, T)>,
+    E: Into<BoxError> + 'static,
+{
+    Arc::new(move |ids| {
+        load(ids)
+            .map(|found| {
+                found
+                    .map(|found| found.into_iter().collect())
+                    .map_err(Into::into)
+            })
+            .boxed()
+    })
+}
+
+/// The single loader of a table given only a batch loader: a batch of one.
+pub(crate) fn single<T: Cached>(batch: &BatchLoader<T>) -> Loader<T> {
+    let batch = Arc::clone(batch);
+    Arc::new(move |id| {
+        let found = batch(vec![id]);
+        async move {
+            let found = found.await?.into_iter().find(|(found, _)| *found == id);
+            Ok(found.map(|(_, value)| value))
+        }
+        .boxed()
+    })
+}
+
+impl<T: Cached> Table<T> {
+    /// The answers of `keys`, in their order: L1 in the caller's thread,
+    /// then the flights of the ids it missed (see the module's docs), all
+    /// waited for at most `timeout`. A key given twice is read once.
+    pub(crate) async fn fetch_many(
+        self: Arc<Self>,
+        keys: Vec<u64>,
+        timeout: Option<Duration>,
+    ) -> Vec<Result<Fetched<T>, Error>> {
+        // The distinct keys, in the order first given, and where each
+        // given key's answer is among theirs.
+        let mut first: HashMap<u64, usize, FixedState> = HashMap::default();
+        let mut distinct = Vec::with_capacity(keys.len());
+        let at: Vec<usize> = (keys.iter())
+            .map(|&key| {
+                *first.entry(key).or_insert_with(|| {
+                    distinct.push(key);
+                    distinct.len() - 1
+                })
+            })
+            .collect();
+        let mut answers: Vec<Option<Result<Fetched<T>, Error>>> =
+            distinct.iter().map(|&key| self.hit(key)).collect();
+        let missed: Vec<usize> = (0..distinct.len())
+            .filter(|&i| answers[i].is_none())
+            .collect();
+        if !missed.is_empty() {
+            let keys: Vec<u64> = missed.iter().map(|&i| distinct[i]).collect();
+            let found = self.miss_many(&keys, timeout).await;
+            for (i, found) in missed.into_iter().zip(found) {
+                answers[i] = Some(found);
+            }
+        }
+        at.into_iter()
+            .map(|i| answers[i].clone().expect("every key answered"))
+            .collect()
+    }
+
+    /// [`miss`](Self::miss) for many distinct keys: each joins the flight of
+    /// its key or starts one; the flights started here resolve together, in
+    /// one task the caller drives (handed to the runtime if it gives up).
+    async fn miss_many(
+        self: Arc<Self>,
+        keys: &[u64],
+        timeout: Option<Duration>,
+    ) -> Vec<Result<Fetched<T>, Error>> {
+        let current = Handle::try_current().ok();
+        let in_runtime = current.is_some();
+        let Some(runtime) = current.or_else(|| self.runtime.clone()) else {
+            return keys.iter().map(|_| Err(Error::NoRuntime)).collect();
+        };
+        let mut answers: Vec<Option<Result<Fetched<T>, Error>>> =
+            keys.iter().map(|_| None).collect();
+        let mut waits: Vec<(usize, watch::Receiver<Answer<T>>)> = Vec::new();
+        let mut led: Vec<Landing<T>> = Vec::new();
+        for (i, &key) in keys.iter().enumerate() {
+            let mut sender = None;
+            let joined = self.flights.join(
+                key,
+                || self.hit(key),
+                watch::Receiver::clone,
+                || {
+                    let (answer, waiters) = watch::channel(None);
+                    sender = Some(answer);
+                    (waiters.clone(), waiters)
+                },
+            );
+            match joined {
+                Joined::Cached(hit) => answers[i] = Some(hit),
+                Joined::Follower(answer) => {
+                    Counters::bump(&self.counters.misses);
+                    Counters::bump(&self.counters.coalesced);
+                    waits.push((i, answer));
+                }
+                Joined::Leader(token, answer) => {
+                    Counters::bump(&self.counters.misses);
+                    Counters::bump(&self.counters.flights);
+                    Counters::bump(&self.counters.running);
+                    let sender = sender.take().expect("a new flight's sender");
+                    led.push(Landing::new(Arc::clone(&self), key, token, sender));
+                    waits.push((i, answer));
+                }
+            }
+        }
+        let flight = (!led.is_empty()).then(|| {
+            let span = tracing::debug_span!("flights", table = self.spec.name, ids = led.len());
+            let flights: Pin<Box<dyn Future<Output = ()> + Send>> =
+                Box::pin(fly_many(Arc::clone(&self), led));
+            Detachable::new(flights.instrument(span), runtime.clone())
+        });
+        // Outside the runtime the flights cannot run here: dropping them
+        // hands them to the runtime.
+        let flight = flight.filter(|_| in_runtime);
+        let landed = async {
+            if let Some(flight) = flight {
+                flight.await;
+            }
+            for (i, answer) in &mut waits {
+                answers[*i] = Some(match answer.wait_for(Option::is_some).await {
+                    Ok(answer) => answer.clone().expect("waited for Some"),
+                    // Unreachable while `Landing` answers on drop.
+                    Err(_) => Err(self.crashed("the flight ended without an answer")),
+                });
+            }
+        };
+        let late = match timeout {
+            None => {
+                landed.await;
+                None
+            }
+            Some(after) => {
+                let timed = {
+                    let _entered = runtime.enter();
+                    tokio::time::timeout(after, landed)
+                };
+                timed.await.err().map(|_| after)
+            }
+        };
+        (answers.into_iter())
+            .map(|answer| {
+                answer.unwrap_or_else(|| {
+                    Err(Error::Timeout {
+                        table: self.spec.name,
+                        after: late.expect("only a timeout leaves keys unanswered"),
+                    })
+                })
+            })
+            .collect()
+    }
+
+    /// Resolves the flights of `landings` (see the module's docs), landing
+    /// each as soon as its answer is known.
+    async fn resolve_many(&self, landings: &mut [Landing<T>]) {
+        let mut over_bad = vec![false; landings.len()];
+        let mut rest: Vec<usize> = (0..landings.len()).collect();
+        if let Some(tier) = &self.tier {
+            let keys: Vec<u64> = landings.iter().map(|landing| landing.key).collect();
+            rest.clear();
+            let found = tier.read_many(&keys, &self.counters).await;
+            for (i, found) in found.into_iter().enumerate() {
+                match found {
+                    // As in `resolve`: a frame older than an applied
+                    // invalidation is stale.
+                    Found::Value(version, value)
+                        if !self.applied.overtakes(keys[i], version.payload()) =>
+                    {
+                        let value = Arc::new(value);
+                        landings[i].land(Ok(Fetched::new(value, Source::L2, version.payload())));
+                    }
+                    Found::Bad => {
+                        over_bad[i] = true;
+                        rest.push(i);
+                    }
+                    _ => rest.push(i),
+                }
+            }
+        }
+        if rest.is_empty() {
+            return;
+        }
+        match &self.batch {
+            Some(batch) => self.load_batch(batch, landings, &rest, &over_bad).await,
+            None => self.load_each(landings, &rest, &over_bad).await,
+        }
+    }
+
+    /// One call of the batch loader for the keys of `landings` at `rest`;
+    /// what it found is written to L2 (all at once) and lands as a fill,
+    /// what it did not as not found. Its error fails them all.
+    async fn load_batch(
+        &self,
+        batch: &BatchLoader<T>,
+        landings: &mut [Landing<T>],
+        rest: &[usize],
+        over_bad: &[bool],
+    ) {
+        let ids: Vec<Id<T>> = rest
+            .iter()
+            .map(|&i| Id::from_payload(landings[i].key))
+            .collect();
+        // Minted before the system of record is read, as in `load`.
+        let versions: Vec<RawId> = rest
+            .iter()
+            .map(|_| Minter::global().mint_raw(T::KIND))
+            .collect();
+        let mut found: HashMap<u64, T, FixedState> = match batch(ids).await {
+            Ok(found) => {
+                let mut by_key =
+                    HashMap::with_capacity_and_hasher(found.len(), FixedState::default());
+                for (id, value) in found {
+                    // The first value of an id answered twice; ids not
+                    // asked for are left out.
+                    by_key.entry(id.payload()).or_insert(value);
+                }
+                by_key
+            }
+            Err(source) => {
+                let failed = Error::Load {
+                    table: self.spec.name,
+                    source: Arc::from(source),
+                };
+                for &i in rest {
+                    landings[i].land(Err(failed.clone()));
+                }
+                return;
+            }
+        };
+        let mut fills = FuturesUnordered::new();
+        for (&i, version) in rest.iter().zip(versions) {
+            let key = landings[i].key;
+            match found.remove(&key) {
+                Some(value) => fills
+                    .push(async move { (i, self.fill(key, &version, value, over_bad[i]).await) }),
+                None => landings[i].land(Err(self.not_found(key))),
+            }
+        }
+        while let Some((i, filled)) = fills.next().await {
+            landings[i].land(Ok(filled));
+        }
+    }
+
+    /// The single loader for each key of `landings` at `rest`, all at once,
+    /// each landing as it answers (a panic fails its key only).
+    async fn load_each(&self, landings: &mut [Landing<T>], rest: &[usize], over_bad: &[bool]) {
+        let mut loads: FuturesUnordered<_> = (rest.iter())
+            .map(|&i| {
+                let load = AssertUnwindSafe(self.load(landings[i].key, over_bad[i]));
+                load.catch_unwind().map(move |loaded| (i, loaded))
+            })
+            .collect();
+        while let Some((i, loaded)) = loads.next().await {
+            let outcome = loaded.unwrap_or_else(|panic| Err(self.crashed(&panic_message(&*panic))));
+            landings[i].land(outcome);
+        }
+    }
+}
+
+/// The flights of `landings`, resolved together within the table's
+/// deadline; whatever has not landed by then (or when a batch loader
+/// panics) lands an error. A landing dropped unlanded lands a crash.
+async fn fly_many<T: Cached>(table: Arc<Table<T>>, mut landings: Vec<Landing<T>>) {
+    let deadline = table.load_timeout;
+    let resolved = AssertUnwindSafe(table.resolve_many(&mut landings)).catch_unwind();
+    let failed = match tokio::time::timeout(deadline, resolved).await {
+        Ok(Ok(())) => return,
+        Ok(Err(panic)) => table.crashed(&panic_message(&*panic)),
+        Err(_) => Error::LoadTimeout {
+            table: table.spec.name,
+            after: deadline,
+        },
+    };
+    for landing in &mut landings {
+        // A no-op for those that landed.
+        landing.land(Err(failed.clone()));
+    }
+}
