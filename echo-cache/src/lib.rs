@@ -72,6 +72,7 @@
 //! | `absent_ttl_ms` | `0` | how long the loader's "not found" is remembered (0: not at all) |
 //! | `load_timeout_ms` | [`Builder::load_timeout`] (30 s) | the deadline of a flight, > 0 (see [`Error::LoadTimeout`]) |
 //! | `lost_grace_ms` | `0` | how long L1 keeps serving, unverified, once the invalidation channel is lost; at most 60,000, not with `coherence = "none"` (see [A lost channel](#a-lost-channel)) |
+//! | `stale_if_error_ms` | `0` | how long past its expiry a value may still answer while the loader fails or times out, ≤ 86_400_000 (0: never; see [Serving stale](#serving-stale-while-the-store-fails)) |
 //! | `name` | the type's name in snake case | table name, `[a-z0-9_]+`, unique in the program |
 //! | `crate` | `"::echo_cache"` | path of this crate, for re-exports |
 //!
