@@ -447,8 +447,8 @@
 //!
 //! | metric | kind | labels | counts ([`Stats`] field) |
 //! |---|---|---|---|
-//! | `echo_cache_fetches_total` | counter | `table`, `source` | every fetch once, by `source`: `hit` (L1: `hits`), `coalesced` (joined a flight: `coalesced`), or the outcome of the flight the fetch started: `l2` (`l2_hits`), `fill` (`fills`), `not_found`, `load_error` (`load_errors`), `load_timeout` (`load_timeouts`) |
-//! | `echo_cache_flight_seconds` | histogram | `table`, `source` | how long each flight took, from its start to its landing (L2, then the loader), by its outcome (`l2`, `fill`, `not_found`, `load_error`, `load_timeout`) |
+//! | `echo_cache_fetches_total` | counter | `table`, `source` | every fetch once, by `source`: `hit` (L1: `hits`), `coalesced` (joined a flight: `coalesced`), or the outcome of the flight the fetch started: `l2` (`l2_hits`), `fill` (`fills`), `not_found`, `load_error` (`load_errors`), `load_timeout` (`load_timeouts`), `stale` (an expired value served while the loader fails: `stale_served`) |
+//! | `echo_cache_flight_seconds` | histogram | `table`, `source` | how long each flight took, from its start to its landing (L2, then the loader), by its outcome (`l2`, `fill`, `not_found`, `load_error`, `load_timeout`, `stale`) |
 //! | `echo_cache_rows` | gauge | `table` | rows in L1 (`size`) |
 //! | `echo_cache_in_flight` | gauge | `table` | flights under way (`in_flight`) |
 //! | `echo_cache_swept_total` | counter | `table` | `swept` |
@@ -464,6 +464,7 @@
 //! | `echo_cache_announcements_dropped_total` | counter | `table` | `announcements_dropped` |
 //! | `echo_cache_redeliveries_total` | counter | `table` | `redeliveries` |
 //! | `echo_cache_malformed_messages_total` | counter | `table` | `malformed_messages` |
+//! | `echo_cache_stale_backoffs_total` | counter | `table` | `stale_backoffs` |
 //!
 //! So the hit ratio of a table is `source="hit"` over the sum of
 //! `echo_cache_fetches_total` (which is `hits + misses` less the flights
@@ -523,6 +524,7 @@ mod mint;
 mod roster;
 mod sketch;
 mod spec;
+mod stale;
 mod stats;
 mod sync;
 mod table;
