@@ -210,11 +210,17 @@ async fn store_down_serves_the_stale_value_within_the_grace_and_the_error_after(
     clock.advance(ms(4_999)); // the last millisecond of the grace
     assert_eq!(fetch(&cache, id).await.unwrap(), (Source::Stale, 1));
     let stats = cache.stats::<Session>();
-    assert_eq!((stats.stale_served, stats.hits, stats.load_errors), (2, 0, 0));
+    assert_eq!(
+        (stats.stale_served, stats.hits, stats.load_errors),
+        (2, 0, 0)
+    );
     assert_eq!(store.calls.get(), 3, "the fill, then a load per flight");
 
     clock.advance(ms(1)); // the grace is over
-    assert!(is_load_error(&fetch(&cache, id).await), "the loader's error");
+    assert!(
+        is_load_error(&fetch(&cache, id).await),
+        "the loader's error"
+    );
     assert_eq!(cache.stats::<Session>().load_errors, 1);
 }
 
@@ -228,7 +234,10 @@ async fn without_a_grace_the_loader_error_answers_as_today() {
 
     store.set(FAILING);
     clock.advance(ms(10_000));
-    assert!(is_load_error(&fetch(&cache, plain).await), "no grace declared");
+    assert!(
+        is_load_error(&fetch(&cache, plain).await),
+        "no grace declared"
+    );
     assert_eq!(Plain::spec().stale_if_error_ms(), 0, "off unless declared");
     // The same moment, on a table with a grace:
     assert_eq!(fetch(&cache, session).await.unwrap(), (Source::Stale, 2));

@@ -74,7 +74,10 @@ pub(crate) fn split_expiry(body: &[u8]) -> Result<(u64, &[u8]), FrameError> {
         return Err(FrameError::Short(HEADER + body.len()));
     }
     let (expiry, rest) = body.split_at(EXPIRY);
-    Ok((u64::from_be_bytes(expiry.try_into().expect("8 bytes")), rest))
+    Ok((
+        u64::from_be_bytes(expiry.try_into().expect("8 bytes")),
+        rest,
+    ))
 }
 
 pub(crate) fn encode(version: &RawId, schema: u64, body: &[u8]) -> Vec<u8> {

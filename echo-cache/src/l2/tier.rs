@@ -101,7 +101,10 @@ impl<T: Cached> Tier<T> {
     ) -> Tier<T> {
         let grace_ms = spec.stale_if_error_ms();
         let schema = if grace_ms > 0 {
-            frame::schema(spec.fingerprint(), &[codec.name(), frame::EXPIRING].concat())
+            frame::schema(
+                spec.fingerprint(),
+                &[codec.name(), frame::EXPIRING].concat(),
+            )
         } else {
             frame::schema(spec.fingerprint(), codec.name())
         };
