@@ -275,7 +275,7 @@ fn positive(lit: &Lit, key: &str) -> syn::Result<u64> {
     }
 }
 
-/// The longest `stale_if_error_ms`: a day.
+/// The longest `stale_if_error_ms`: a day (the message says so).
 const MAX_GRACE_MS: u64 = 86_400_000;
 
 /// `stale_if_error_ms`: 0 (off) up to [`MAX_GRACE_MS`].
@@ -285,9 +285,8 @@ fn grace(lit: &Lit) -> syn::Result<u64> {
         value if value > MAX_GRACE_MS => Err(syn::Error::new(
             lit.span(),
             format!(
-                "`{key}` is at most {MAX_GRACE_MS} (a day): it is {}; a value that old is \
-                 a fallback no longer, lengthen `ttl_ms` instead",
-                attr::key(key).meaning
+                "`{key}` is at most 86_400_000 (a day): a value expired longer ago is no \
+                 fallback; lengthen `ttl_ms` instead"
             ),
         )),
         value => Ok(value),

@@ -260,7 +260,8 @@ impl<T: Cached> Tier<T> {
         });
     }
 
-    /// Writes `value` under `version` for `ttl_ms` if no newer version is
+    /// Writes `value` under `version` for `ttl_ms` (plus the grace, if the
+    /// table has one: see [`frame`]) if no newer version is
     /// there, unless it is larger than `max_value_bytes`: then it is only
     /// kept in L1 (counted as oversized). Fails only if the server did not
     /// take it (counted as dropped); a frame it chose not to write is `Ok`.
