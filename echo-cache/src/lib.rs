@@ -406,9 +406,10 @@
 //!   node's message or tracking push, a flush) removes dead rows like live
 //!   ones, and leaves in L2 a tombstone that no older value gets past; a
 //!   flight overtaken by an invalidation answers the error. While a
-//!   coherent table's invalidation channel is down (it bypasses L1), it
-//!   serves nothing stale: an invalidation may have been missed, and an
-//!   expired value is the oldest it could serve.
+//!   coherent table's invalidation channel is down (it bypasses L1, or
+//!   keeps serving it unverified for its `lost_grace_ms`), it serves
+//!   nothing stale: an invalidation may have been missed, and an expired
+//!   value is the oldest it could serve.
 //! - **The store is left alone.** After the loader fails on an id, flights
 //!   of that id within the backoff (the grace, at most 1 s) answer the
 //!   stale value without calling it ([`Stats::stale_backoffs`]); one flight

@@ -12,8 +12,9 @@
 //! ones, L2 holds the tombstone of an invalidation in place of the frame (a
 //! fallback older than a tombstone the flight read is dropped), a frame
 //! older than an invalidation applied on this node is no fallback, and a
-//! table whose invalidation channel is down (bypassing L1) serves nothing
-//! stale: invalidations may be missed, and an expired value is older than
+//! table whose invalidation channel is down serves nothing stale, whether
+//! it bypasses L1 or keeps serving it unverified (`lost_grace_ms`):
+//! invalidations may have been missed, and an expired value is older than
 //! anything else it could serve.
 //!
 //! After a failure, the loader is not called again for that id for

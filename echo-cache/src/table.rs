@@ -342,7 +342,7 @@ impl<T: Cached> Table<T> {
     /// may answer if the loader fails (`stale_if_error_ms`), and skips the
     /// loader if it failed on `key` a moment ago and there is a fallback.
     async fn resolve(&self, key: u64, fallback: &mut Fallback<T>) -> Result<Fetched<T>, Error> {
-        let stale = self.failsafe.enabled() && self.trusted.load(Relaxed);
+        let stale = self.failsafe.enabled() && self.verified();
         if stale && let Some(dead) = self.rows.stale(key, self.clock.now_ms()) {
             fallback.offer(dead.value.expect("a value"), dead.version);
         }
@@ -465,10 +465,17 @@ impl<T: Cached> Table<T> {
     /// fallback instead (see [`crate::stale`]).
     fn serves_stale(&self, key: u64, fallback: &Fallback<T>, error: &Error) -> bool {
         Failsafe::covers(error)
-            && self.trusted.load(Relaxed)
+            && self.verified()
             && fallback
                 .version()
                 .is_some_and(|version| !self.applied.overtakes(key, version))
+    }
+
+    /// Whether no invalidation can have been missed: the channel is up
+    /// and what L1 kept through a loss is verified. Stale values are served
+    /// only then.
+    fn verified(&self) -> bool {
+        self.trusted.load(Relaxed) && !self.grace.is_unverified()
     }
 
     /// A row of `value` (or of an absence) at `version`, inserted at `now`:
