@@ -234,6 +234,7 @@ fn mismatches(recorder: &Captured, node: &str, stats: &Stats) -> Vec<String> {
         ("not_found", stats.not_found),
         ("load_error", stats.load_errors),
         ("load_timeout", stats.load_timeouts),
+        ("stale", stats.stale_served),
     ];
     let mut published: Vec<(String, f64, f64)> = by_source
         .iter()
@@ -263,6 +264,7 @@ fn mismatches(recorder: &Captured, node: &str, stats: &Stats) -> Vec<String> {
             "echo_cache_malformed_messages_total",
             stats.malformed_messages,
         ),
+        ("echo_cache_stale_backoffs_total", stats.stale_backoffs),
     ];
     for (name, n) in others {
         published.push((
@@ -316,6 +318,7 @@ async fn published_counters_equal_the_stats_and_each_flight_is_timed_once() {
         "not_found",
         "load_error",
         "load_timeout",
+        "stale",
     ]
     .map(|source| recorder.counter("echo_cache_fetches_total", "asked", &[("source", source)]))
     .iter()

@@ -87,6 +87,11 @@ pub(crate) const KEYS: &[Key] = &[
         meaning: "how long L1 keeps serving once the invalidation channel is lost, in milliseconds",
     },
     Key {
+        name: "stale_if_error_ms",
+        example: "30_000",
+        meaning: "how long past its expiry a value may still answer while the loader fails, in milliseconds (0: never)",
+    },
+    Key {
         name: "name",
         example: "\"games\"",
         meaning: "the table's name",
@@ -163,6 +168,7 @@ pub(crate) struct Args {
     pub(crate) absent_ttl_ms: Value,
     pub(crate) load_timeout_ms: Value,
     pub(crate) lost_grace_ms: Value,
+    pub(crate) stale_if_error_ms: Value,
     pub(crate) name: Value,
     pub(crate) krate: Value,
     /// Whether the whole list could be read. After a syntax error the keys
@@ -191,6 +197,7 @@ impl Args {
             "absent_ttl_ms" => &mut self.absent_ttl_ms,
             "load_timeout_ms" => &mut self.load_timeout_ms,
             "lost_grace_ms" => &mut self.lost_grace_ms,
+            "stale_if_error_ms" => &mut self.stale_if_error_ms,
             "name" => &mut self.name,
             "crate" => &mut self.krate,
             _ => return None,
@@ -214,6 +221,7 @@ pub(crate) fn parse(tokens: TokenStream) -> Args {
         absent_ttl_ms: Value::Absent,
         load_timeout_ms: Value::Absent,
         lost_grace_ms: Value::Absent,
+        stale_if_error_ms: Value::Absent,
         name: Value::Absent,
         krate: Value::Absent,
         complete: true,

@@ -29,6 +29,7 @@ pub(crate) fn expand(decl: &Decl, input: &DeriveInput) -> TokenStream {
     let absent_ttl_ms = option(decl.absent_ttl_ms.map(|a| quote!(#a)));
     let load_timeout_ms = option(decl.load_timeout_ms.map(|l| quote!(#l)));
     let lost_grace_ms = option(decl.lost_grace_ms.map(|l| quote!(#l)));
+    let stale_if_error_ms = option(decl.stale_if_error_ms.map(|g| quote!(#g)));
     let fingerprint = fingerprint(input);
     let import = import_private(&decl.krate);
     let fetch = fetch(input);
@@ -59,6 +60,7 @@ pub(crate) fn expand(decl: &Decl, input: &DeriveInput) -> TokenStream {
                         absent_ttl_ms: #absent_ttl_ms,
                         load_timeout_ms: #load_timeout_ms,
                         lost_grace_ms: #lost_grace_ms,
+                        stale_if_error_ms: #stale_if_error_ms,
                         coherence: __echo_private::Coherence::#coherence,
                         placement: __echo_private::Placement::#placement,
                         eviction: __echo_private::Eviction::#eviction,

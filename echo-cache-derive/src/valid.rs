@@ -48,6 +48,7 @@ pub(crate) struct Decl {
     pub(crate) absent_ttl_ms: Option<u64>,
     pub(crate) load_timeout_ms: Option<u64>,
     pub(crate) lost_grace_ms: Option<u64>,
+    pub(crate) stale_if_error_ms: Option<u64>,
     pub(crate) name: String,
     pub(crate) krate: syn::Path,
 }
@@ -121,6 +122,8 @@ pub(crate) fn validate(mut args: Args, input: &DeriveInput) -> Result<Decl, Inva
         .and_then(|(at, lit)| errors.check(at, positive(lit, "load_timeout_ms")));
     let lost_grace_ms = (args.lost_grace_ms.lit())
         .and_then(|(at, lit)| errors.check(at, lost_grace(lit, coherence)));
+    let stale_if_error_ms =
+        (args.stale_if_error_ms.lit()).and_then(|(at, lit)| errors.check(at, grace(lit)));
     let name = match args.name.lit() {
         Some((at, lit)) => errors.check(at, table_name(lit)),
         None => errors.check(At::Item, derived_name(input)),
@@ -154,6 +157,7 @@ pub(crate) fn validate(mut args: Args, input: &DeriveInput) -> Result<Decl, Inva
             absent_ttl_ms,
             load_timeout_ms,
             lost_grace_ms,
+            stale_if_error_ms,
             name,
             krate,
         }),
@@ -266,6 +270,24 @@ fn positive(lit: &Lit, key: &str) -> syn::Result<u64> {
         0 => Err(syn::Error::new(
             lit.span(),
             format!("`{key}` may not be 0: it is {}", attr::key(key).meaning),
+        )),
+        value => Ok(value),
+    }
+}
+
+/// The longest `stale_if_error_ms`: a day (the message says so).
+const MAX_GRACE_MS: u64 = 86_400_000;
+
+/// `stale_if_error_ms`: 0 (off) up to [`MAX_GRACE_MS`].
+fn grace(lit: &Lit) -> syn::Result<u64> {
+    let key = "stale_if_error_ms";
+    match integer(lit, key)? {
+        value if value > MAX_GRACE_MS => Err(syn::Error::new(
+            lit.span(),
+            format!(
+                "`{key}` is at most 86_400_000 (a day): a value expired longer ago is no \
+                 fallback; lengthen `ttl_ms` instead"
+            ),
         )),
         value => Ok(value),
     }

@@ -49,6 +49,7 @@ pub struct SpecParts {
     pub absent_ttl_ms: Option<u64>,
     pub load_timeout_ms: Option<u64>,
     pub lost_grace_ms: Option<u64>,
+    pub stale_if_error_ms: Option<u64>,
     pub coherence: Coherence,
     pub placement: Placement,
     pub eviction: Eviction,
@@ -84,6 +85,10 @@ impl SpecParts {
             lost_grace_ms: match self.lost_grace_ms {
                 Some(grace) => grace,
                 None => 0,
+            },
+            stale_if_error_ms: match self.stale_if_error_ms {
+                Some(grace) => grace,
+                None => TableSpec::DEFAULT_STALE_IF_ERROR_MS,
             },
             coherence: self.coherence,
             placement: self.placement,

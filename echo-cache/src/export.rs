@@ -37,7 +37,7 @@ type Count = fn(&Stats) -> u64;
 /// The `source` of each fetch and the count of it in a snapshot: an L1
 /// hit, a miss that joined a flight, or the outcome of the flight the
 /// fetch started (the same values label [`FLIGHT_SECONDS`]).
-const SOURCES: [(&str, Count); 7] = [
+const SOURCES: [(&str, Count); 8] = [
     ("hit", |s| s.hits),
     ("coalesced", |s| s.coalesced),
     ("l2", |s| s.l2_hits),
@@ -45,10 +45,11 @@ const SOURCES: [(&str, Count); 7] = [
     ("not_found", |s| s.not_found),
     ("load_error", |s| s.load_errors),
     ("load_timeout", |s| s.load_timeouts),
+    ("stale", |s| s.stale_served),
 ];
 
 /// The other counters of a table: name, description, count in a snapshot.
-const COUNTERS: [(&str, &str, Count); 13] = [
+const COUNTERS: [(&str, &str, Count); 14] = [
     (
         "echo_cache_swept_total",
         "expired rows reclaimed by the sweeper",
@@ -107,6 +108,11 @@ const COUNTERS: [(&str, &str, Count); 13] = [
         "echo_cache_malformed_messages_total",
         "invalidation messages that were not well-formed",
         |s| s.malformed_messages,
+    ),
+    (
+        "echo_cache_stale_backoffs_total",
+        "expired values served without calling a loader that just failed",
+        |s| s.stale_backoffs,
     ),
 ];
 

@@ -17,6 +17,11 @@ pub enum Source {
     L2,
     /// The loader (the system of record), by a flight.
     Fill,
+    /// An expired value, by a flight whose loader failed or timed out (or
+    /// failed on this id a moment ago): served for the table's declared
+    /// grace (`stale_if_error_ms`), never after an invalidation of the id.
+    /// See [Serving stale](crate#serving-stale-while-the-store-fails).
+    Stale,
 }
 
 /// A value read through the cache.

@@ -27,7 +27,16 @@
 //! Each row carries its own expiry, drawn at insertion from
 //! `ttl ± ttl·jitter` on the cache's coarse [`Clock`](crate::Clock), so a
 //! cohort filled together does not expire together. Dead rows stay until the
-//! sweeper (or a full table) reclaims them; a dead row is never served.
+//! sweeper (or a full table) reclaims them; a dead row is never served as
+//! a hit.
+//!
+//! A table that serves stale values while its loader fails
+//! (`stale_if_error_ms`, its grace) keeps a dead row for the grace: the
+//! sweeper reclaims it only once the grace is over, and a flight whose
+//! loader failed may read it ([`Rows::stale`], under the shard's lock, off
+//! the hit path). A full table still takes dead rows first, grace or not:
+//! a live row is worth more than a fallback. Invalidations and flushes
+//! remove dead rows like live ones.
 //!
 //! # A full table
 //!
@@ -234,6 +243,8 @@ pub(crate) struct Rows<T> {
     evictions: AtomicU64,
     /// When a full table last looked for dead rows to reclaim.
     last_reclaim: AtomicU64,
+    /// How long the sweeper keeps a dead row (`stale_if_error_ms`).
+    grace: u64,
     reclaim_every_ms: u64,
 }
 
@@ -496,6 +507,7 @@ impl<T> Rows<T> {
             last_reclaim: AtomicU64::new(0),
             // A full table of live rows must not rescan on every miss.
             reclaim_every_ms: (spec.sweep_ms / 8).max(1),
+            grace: spec.stale_if_error_ms,
         }
     }
 
@@ -554,6 +566,34 @@ impl<T> Rows<T> {
             mark.store(evict::READ, Relaxed);
         }
         Some(Live { value, version })
+    }
+
+    /// The value of `key` if its row died at most the grace before `now`
+    /// (and `now` is past its expiry): for a flight whose loader failed.
+    /// Takes the shard's lock: never on the hit path.
+    pub(crate) fn stale(&self, key: u64, now: u64) -> Option<Live<T>> {
+        let (shard, hash) = self.locate(key);
+        let tally = shard.lock();
+        let array = shard.array(&tally)?;
+        let (slot, found) = array.probe(key, hash);
+        let value = slot.value.load(Relaxed);
+        let expires_at = slot.expires_at();
+        if !found || !is_row(value) || value == absent() {
+            return None;
+        }
+        if now < expires_at || now >= expires_at.saturating_add(self.grace) {
+            return None;
+        }
+        // SAFETY: the slot holds a reference from `Arc::into_raw`, and
+        // only the lock holder could retire it.
+        let value = unsafe {
+            Arc::increment_strong_count(value);
+            Arc::from_raw(value)
+        };
+        Some(Live {
+            value: Some(value),
+            version: slot.version.load(Relaxed),
+        })
     }
 
     fn reserve(&self) -> bool {
@@ -784,9 +824,11 @@ impl<T> Rows<T> {
         removed
     }
 
-    /// Removes every row dead at `now`; how many.
+    /// Removes every row dead at `now` for longer than the grace; how
+    /// many.
     pub(crate) fn sweep(&self, now: u64) -> usize {
-        let swept = self.remove_where(|expires_at| now >= expires_at);
+        let grace = self.grace;
+        let swept = self.remove_where(|expires_at| now >= expires_at.saturating_add(grace));
         self.garbage.collect();
         swept
     }
@@ -826,7 +868,10 @@ impl<T> Rows<T> {
         {
             return 0;
         }
-        self.sweep(now)
+        // Dead rows go, in their grace or not: the table needs room.
+        let reclaimed = self.remove_where(|expires_at| now >= expires_at);
+        self.garbage.collect();
+        reclaimed
     }
 
     /// Rows in the table, live or not yet swept.

@@ -72,6 +72,7 @@
 //! | `absent_ttl_ms` | `0` | how long the loader's "not found" is remembered (0: not at all) |
 //! | `load_timeout_ms` | [`Builder::load_timeout`] (30 s) | the deadline of a flight, > 0 (see [`Error::LoadTimeout`]) |
 //! | `lost_grace_ms` | `0` | how long L1 keeps serving, unverified, once the invalidation channel is lost; at most 60,000, not with `coherence = "none"` (see [A lost channel](#a-lost-channel)) |
+//! | `stale_if_error_ms` | `0` | how long past its expiry a value may still answer while the loader fails or times out, at most a day, `86_400_000` (0: never; see [Serving stale](#serving-stale-while-the-store-fails)) |
 //! | `name` | the type's name in snake case | table name, `[a-z0-9_]+`, unique in the program |
 //! | `crate` | `"::echo_cache"` | path of this crate, for re-exports |
 //!
@@ -399,6 +400,83 @@
 //! order of the nodes' wall clocks, so keep clocks synchronised; skew of
 //! `s` ms can make newer-wins misjudge writes less than `s` ms apart.
 //!
+//! # Serving stale while the store fails
+//!
+//! A table that declares a grace (`stale_if_error_ms = N`, 0 by default:
+//! off) keeps answering while its loader fails: when a flight's loader
+//! returns an error or misses its deadline ([`Error::LoadTimeout`]), and
+//! the id's value expired less than `N` ms ago, the fetch answers that
+//! value, marked [`Source::Stale`] and counted ([`Stats::stale_served`]),
+//! instead of the error. The rules:
+//!
+//! - **Where the value comes from.** L1 keeps a dead row for the grace
+//!   (the sweeper reclaims it after; a full table takes dead rows first,
+//!   grace or not), and L2 keeps a frame for its TTL plus the grace
+//!   (`PX = ttl + grace`), each frame carrying its logical expiry (on the
+//!   writer's wall clock). Past its expiry either is a miss, as without the
+//!   grace: a hit never answers an expired row, and costs what it did. The
+//!   newer of the two answers; a stale value is served, never installed.
+//! - **Never after an invalidation.** An invalidation (this node's, another
+//!   node's message or tracking push, a flush) removes dead rows like live
+//!   ones, and leaves in L2 a tombstone that no older value gets past; a
+//!   flight overtaken by an invalidation answers the error. While a
+//!   coherent table's invalidation channel is down (it bypasses L1, or
+//!   keeps serving it unverified for its `lost_grace_ms`), it serves
+//!   nothing stale: an invalidation may have been missed, and an expired
+//!   value is the oldest it could serve.
+//! - **The store is left alone.** After the loader fails on an id, flights
+//!   of that id within the backoff (the grace, at most 1 s) answer the
+//!   stale value without calling it ([`Stats::stale_backoffs`]); one flight
+//!   per backoff tries the loader again. A flight with nothing stale to
+//!   answer calls the loader as ever.
+//! - **After the grace**, or for "not found", a panic, or a caller's own
+//!   [`Cache::fetch_within`] timeout, the error answers as today.
+//!
+//! ```standalone_crate
+//! use std::sync::Arc;
+//! use std::sync::atomic::{AtomicBool, Ordering};
+//! use std::time::Duration;
+//! use echo_cache::{near_cache, Cache, Clock, Id, Source};
+//!
+//! /// Sessions live 10 minutes; for 30 s more an expired one still answers
+//! /// if the store is down.
+//! #[near_cache(kind = "SES", ttl_ms = 600_000, jitter = 0.0, stale_if_error_ms = 30_000)]
+//! #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+//! pub struct Session {
+//!     pub user: String,
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), echo_cache::Error> {
+//! let down = Arc::new(AtomicBool::new(false));
+//! let store = Arc::clone(&down);
+//! let clock = Clock::manual();
+//! let cache = Cache::builder()
+//!     .clock(clock.clone())
+//!     .loader(move |_: Id<Session>| {
+//!         let down = store.load(Ordering::SeqCst);
+//!         async move {
+//!             if down {
+//!                 return Err(std::io::Error::other("the store is down"));
+//!             }
+//!             Ok(Some(Session { user: "ada".into() }))
+//!         }
+//!     })
+//!     .build()?;
+//! let id = Id::<Session>::mint();
+//! assert_eq!(cache.fetch(id).await?.source(), Source::Fill);
+//!
+//! down.store(true, Ordering::SeqCst);
+//! clock.advance(Duration::from_secs(600)); // expired
+//! let stale = cache.fetch(id).await?;
+//! assert_eq!((stale.source(), stale.user.as_str()), (Source::Stale, "ada"));
+//!
+//! clock.advance(Duration::from_secs(30)); // the grace is over
+//! assert!(cache.fetch(id).await.is_err());
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! # Guarantees
 //!
 //! - **Read your own invalidation.** Once [`Cache::invalidate`] or
@@ -460,8 +538,8 @@
 //!
 //! | metric | kind | labels | counts ([`Stats`] field) |
 //! |---|---|---|---|
-//! | `echo_cache_fetches_total` | counter | `table`, `source` | every fetch once, by `source`: `hit` (L1: `hits`), `coalesced` (joined a flight: `coalesced`), or the outcome of the flight the fetch started: `l2` (`l2_hits`), `fill` (`fills`), `not_found`, `load_error` (`load_errors`), `load_timeout` (`load_timeouts`) |
-//! | `echo_cache_flight_seconds` | histogram | `table`, `source` | how long each flight took, from its start to its landing (L2, then the loader), by its outcome (`l2`, `fill`, `not_found`, `load_error`, `load_timeout`) |
+//! | `echo_cache_fetches_total` | counter | `table`, `source` | every fetch once, by `source`: `hit` (L1: `hits`), `coalesced` (joined a flight: `coalesced`), or the outcome of the flight the fetch started: `l2` (`l2_hits`), `fill` (`fills`), `not_found`, `load_error` (`load_errors`), `load_timeout` (`load_timeouts`), `stale` (an expired value served while the loader fails: `stale_served`) |
+//! | `echo_cache_flight_seconds` | histogram | `table`, `source` | how long each flight took, from its start to its landing (L2, then the loader), by its outcome (`l2`, `fill`, `not_found`, `load_error`, `load_timeout`, `stale`) |
 //! | `echo_cache_rows` | gauge | `table` | rows in L1 (`size`) |
 //! | `echo_cache_in_flight` | gauge | `table` | flights under way (`in_flight`) |
 //! | `echo_cache_swept_total` | counter | `table` | `swept` |
@@ -477,6 +555,7 @@
 //! | `echo_cache_announcements_dropped_total` | counter | `table` | `announcements_dropped` |
 //! | `echo_cache_redeliveries_total` | counter | `table` | `redeliveries` |
 //! | `echo_cache_malformed_messages_total` | counter | `table` | `malformed_messages` |
+//! | `echo_cache_stale_backoffs_total` | counter | `table` | `stale_backoffs` |
 //!
 //! So the hit ratio of a table is `source="hit"` over the sum of
 //! `echo_cache_fetches_total` (which is `hits + misses` less the flights
@@ -540,6 +619,7 @@ mod mint;
 mod roster;
 mod sketch;
 mod spec;
+mod stale;
 mod stats;
 mod sync;
 mod table;

@@ -185,6 +185,8 @@ pub struct TableSpec {
     pub(crate) load_timeout_ms: Option<u64>,
     /// 0: flush and bypass as soon as the channel is lost.
     pub(crate) lost_grace_ms: u64,
+    /// How long past its expiry a row may answer while the loader fails.
+    pub(crate) stale_if_error_ms: u64,
     pub(crate) coherence: Coherence,
     pub(crate) placement: Placement,
     pub(crate) eviction: Eviction,
@@ -202,6 +204,9 @@ impl TableSpec {
     /// How long "the loader found nothing" is remembered; 0 (not at all)
     /// unless declared.
     pub const DEFAULT_ABSENT_TTL_MS: u64 = 0;
+    /// How long past its expiry a value may answer while the loader
+    /// fails; 0 (never: the loader's error) unless declared.
+    pub const DEFAULT_STALE_IF_ERROR_MS: u64 = 0;
 }
 
 impl TableSpec {
@@ -269,6 +274,14 @@ impl TableSpec {
     #[must_use]
     pub const fn lost_grace_ms(&self) -> u64 {
         self.lost_grace_ms
+    }
+
+    /// How long past its expiry a value may still answer while the loader
+    /// fails or times out (`stale_if_error_ms`), in milliseconds (0: never);
+    /// see [Serving stale](crate#serving-stale-while-the-store-fails).
+    #[must_use]
+    pub const fn stale_if_error_ms(&self) -> u64 {
+        self.stale_if_error_ms
     }
 
     /// The coherence mode.

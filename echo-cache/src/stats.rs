@@ -71,6 +71,8 @@ pub(crate) struct Counters {
     pub(crate) announcements_dropped: AtomicU64,
     pub(crate) redeliveries: AtomicU64,
     pub(crate) malformed_messages: AtomicU64,
+    pub(crate) stale_served: AtomicU64,
+    pub(crate) stale_backoffs: AtomicU64,
 }
 
 impl Counters {
@@ -104,6 +106,8 @@ impl Counters {
             announcements_dropped: self.announcements_dropped.load(Relaxed),
             redeliveries: self.redeliveries.load(Relaxed),
             malformed_messages: self.malformed_messages.load(Relaxed),
+            stale_served: self.stale_served.load(Relaxed),
+            stale_backoffs: self.stale_backoffs.load(Relaxed),
         }
     }
 }
@@ -123,7 +127,8 @@ impl Default for Striped {
 /// - `hits + misses` = fetches;
 /// - `misses` = `flights + coalesced`;
 /// - `flights` = `l2_hits + fills + not_found + load_errors +
-///   load_timeouts + in_flight` (`in_flight` is 0 at rest).
+///   load_timeouts + stale_served + in_flight` (`in_flight` is 0 at
+///   rest).
 ///
 /// A fetch that misses in the caller's thread but finds the row when it
 /// comes to join a flight (one landed meanwhile) is a hit. A caller that
@@ -214,6 +219,14 @@ pub struct Stats {
     pub redeliveries: u64,
     /// Invalidation messages that were not well-formed; dropped.
     pub malformed_messages: u64,
+    /// Flights answered with an expired value (`stale_if_error_ms`,
+    /// [`Source::Stale`](crate::Source::Stale)) because the loader failed or
+    /// timed out, or was not called again so soon after it did (see
+    /// `stale_backoffs`). Not counted in `load_errors` or `load_timeouts`.
+    pub stale_served: u64,
+    /// Of `stale_served`, the flights that did not call the loader: it
+    /// failed on that id less than the backoff ago.
+    pub stale_backoffs: u64,
 }
 
 #[cfg(test)]

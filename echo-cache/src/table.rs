@@ -52,6 +52,7 @@ use crate::l2::{Codec, Found, Postcard, Tier, Write};
 use crate::mint::Minter;
 use crate::roster::{Health, Readiness, TableInfo};
 use crate::spec::{Cached, Coherence, TableSpec};
+use crate::stale::{Failsafe, Fallback};
 use crate::stats::{Counters, Stats, Striped};
 
 mod batch;
@@ -201,6 +202,7 @@ pub(crate) fn open<T: Cached>(decl: &'static Declaration, shared: &Shared) -> Op
         readiness: Arc::clone(&shared.readiness),
         backlog: Backlog::new(shared.backlog_limit),
         backlog_kick: Arc::clone(&shared.backlog_kick),
+        failsafe: Failsafe::new(decl.spec.stale_if_error_ms),
         #[cfg(feature = "metrics")]
         metrics: crate::export::Keys::new(decl.spec.name, shared.metrics_node.as_ref()),
         batch,
@@ -240,6 +242,8 @@ pub(crate) struct Table<T> {
     backlog: Backlog,
     /// Wakes the task that delivers backlogs.
     backlog_kick: Arc<Notify>,
+    /// Serving stale while the loader fails (`stale_if_error_ms`).
+    failsafe: Failsafe,
     /// The keys of the table's metrics.
     #[cfg(feature = "metrics")]
     metrics: crate::export::Keys,
@@ -354,8 +358,14 @@ impl<T: Cached> Table<T> {
         }
     }
 
-    /// Step 3: L2, then the loader.
-    async fn resolve(&self, key: u64) -> Result<Fetched<T>, Error> {
+    /// Step 3: L2, then the loader. On the way, gathers in `fallback` what
+    /// may answer if the loader fails (`stale_if_error_ms`), and skips the
+    /// loader if it failed on `key` a moment ago and there is a fallback.
+    async fn resolve(&self, key: u64, fallback: &mut Fallback<T>) -> Result<Fetched<T>, Error> {
+        let stale = self.failsafe.enabled() && self.verified();
+        if stale && let Some(dead) = self.rows.stale(key, self.clock.now_ms()) {
+            fallback.offer(dead.value.expect("a value"), dead.version);
+        }
         let mut over_bad = false;
         if let Some(tier) = &self.tier {
             match tier.read(key, &self.counters).await {
@@ -365,9 +375,21 @@ impl<T: Cached> Table<T> {
                     let value = Arc::new(value);
                     return Ok(Fetched::new(value, Source::L2, version.payload()));
                 }
+                Found::Expired(version, value)
+                    if stale && !self.applied.overtakes(key, version.payload()) =>
+                {
+                    fallback.offer(Arc::new(value), version.payload());
+                }
+                Found::Tombstone(version) => fallback.invalidated(version.payload()),
                 Found::Bad => over_bad = true,
                 _ => {}
             }
+        }
+        if fallback.is_some()
+            && let Some(failed) = self.failsafe.backing_off(key, self.clock.now_ms())
+        {
+            fallback.backoff = true;
+            return Err(failed);
         }
         self.load(key, over_bad).await
     }
@@ -411,9 +433,14 @@ impl<T: Cached> Table<T> {
         key: u64,
         token: u64,
         outcome: Result<Fetched<T>, Error>,
+        fallback: Fallback<T>,
         answer: &watch::Sender<Answer<T>>,
     ) -> Ended {
         let now = self.clock.now_ms();
+        let backoff = fallback.backoff;
+        if self.failsafe.enabled() && !backoff {
+            self.failsafe.landed(key, now, &outcome);
+        }
         let row = match &outcome {
             Ok(fetched) => Some(self.row(
                 Some(Arc::clone(fetched.value())),
@@ -429,15 +456,27 @@ impl<T: Cached> Table<T> {
             self.rows.make_room(now);
         }
         let mut declined = None;
-        self.flights.land(key, token, || {
+        let landed = self.flights.land(key, token, || {
             declined = row.and_then(|row| self.install(key, row, now));
         });
         drop(declined);
         self.rows.collect_if_due();
+        let outcome = match outcome {
+            // Not if a write overtook the flight, or the channel that
+            // tells of invalidations went down meanwhile.
+            Err(error) if landed && self.serves_stale(key, &fallback, &error) => {
+                Ok(fallback.take().expect("a fallback"))
+            }
+            outcome => outcome,
+        };
         let ended = Ended::of(&outcome);
+        if ended == Ended::Stale && backoff {
+            Counters::bump(&self.counters.stale_backoffs);
+        }
         Counters::bump(match ended {
             Ended::L2 => &self.counters.l2_hits,
             Ended::Fill => &self.counters.fills,
+            Ended::Stale => &self.counters.stale_served,
             Ended::NotFound => &self.counters.not_found,
             Ended::LoadTimeout => &self.counters.load_timeouts,
             Ended::LoadError | Ended::Crashed => &self.counters.load_errors,
@@ -445,6 +484,23 @@ impl<T: Cached> Table<T> {
         self.counters.running.fetch_sub(1, Relaxed);
         answer.send_replace(Some(outcome));
         ended
+    }
+
+    /// Whether a flight of `key` that failed with `error` answers its
+    /// fallback instead (see [`crate::stale`]).
+    fn serves_stale(&self, key: u64, fallback: &Fallback<T>, error: &Error) -> bool {
+        Failsafe::covers(error)
+            && self.verified()
+            && fallback
+                .version()
+                .is_some_and(|version| !self.applied.overtakes(key, version))
+    }
+
+    /// Whether no invalidation can have been missed: the channel is up
+    /// and what L1 kept through a loss is verified. Stale values are served
+    /// only then.
+    fn verified(&self) -> bool {
+        self.trusted.load(Relaxed) && !self.grace.is_unverified()
     }
 
     /// A row of `value` (or of an absence) at `version`, inserted at `now`:
@@ -885,6 +941,7 @@ impl<T: Cached> AnyTable for Table<T> {
             .fetch_add(swept as u64, std::sync::atomic::Ordering::Relaxed);
         Counters::bump(&self.counters.sweeps);
         self.applied.prune(crate::mint::unix_ms());
+        self.failsafe.prune(self.clock.now_ms());
     }
 
     fn collect(&self) {
@@ -995,7 +1052,9 @@ impl<T: Cached> Landing<T> {
     /// (cancelled where it awaits), so its late result goes nowhere.
     async fn fly(mut self) {
         let table = Arc::clone(self.table.as_ref().expect("lands once"));
-        let resolved = AssertUnwindSafe(table.resolve(self.key)).catch_unwind();
+        // Filled as the flight goes: still there if it times out.
+        let mut fallback = Fallback::none();
+        let resolved = AssertUnwindSafe(table.resolve(self.key, &mut fallback)).catch_unwind();
         let deadline = table.load_timeout;
         let outcome = match tokio::time::timeout(deadline, resolved).await {
             Ok(Ok(outcome)) => outcome,
@@ -1005,11 +1064,11 @@ impl<T: Cached> Landing<T> {
                 after: deadline,
             }),
         };
-        self.land(outcome);
+        self.land(outcome, fallback);
     }
 
     /// Lands `outcome`, then tells the span and the flight histogram.
-    fn land(&mut self, outcome: Result<Fetched<T>, Error>) {
+    fn land(&mut self, outcome: Result<Fetched<T>, Error>, fallback: Fallback<T>) {
         let Some(table) = self.table.take() else {
             return;
         };
@@ -1018,7 +1077,7 @@ impl<T: Cached> Landing<T> {
         {
             self.span.record("error", field::display(error));
         }
-        let ended = table.land(self.key, self.token, outcome, &self.answer);
+        let ended = table.land(self.key, self.token, outcome, fallback, &self.answer);
         let Some(took) = self.started.map(|started| started.elapsed()) else {
             return;
         };
@@ -1038,6 +1097,8 @@ impl<T: Cached> Landing<T> {
 enum Ended {
     L2,
     Fill,
+    /// An expired value, the loader having failed (`stale_if_error_ms`).
+    Stale,
     NotFound,
     LoadTimeout,
     /// The loader failed (or there is none).
@@ -1050,6 +1111,7 @@ impl Ended {
     fn of<T>(outcome: &Result<Fetched<T>, Error>) -> Ended {
         match outcome {
             Ok(fetched) if fetched.source() == Source::L2 => Ended::L2,
+            Ok(fetched) if fetched.source() == Source::Stale => Ended::Stale,
             Ok(_) => Ended::Fill,
             Err(Error::NotFound { .. }) => Ended::NotFound,
             Err(Error::LoadTimeout { .. }) => Ended::LoadTimeout,
@@ -1063,6 +1125,7 @@ impl Ended {
         match self {
             Ended::L2 => Some("l2"),
             Ended::Fill => Some("fill"),
+            Ended::Stale => Some("stale"),
             _ => None,
         }
     }
@@ -1070,6 +1133,7 @@ impl Ended {
     fn outcome(self) -> &'static str {
         match self {
             Ended::L2 | Ended::Fill => "ok",
+            Ended::Stale => "stale",
             Ended::NotFound => "not_found",
             Ended::LoadTimeout => "load_timeout",
             Ended::LoadError => "load_error",
@@ -1084,6 +1148,7 @@ impl Ended {
         match self {
             Ended::L2 => "l2",
             Ended::Fill => "fill",
+            Ended::Stale => "stale",
             Ended::NotFound => "not_found",
             Ended::LoadTimeout => "load_timeout",
             Ended::LoadError | Ended::Crashed => "load_error",
@@ -1095,7 +1160,7 @@ impl<T: Cached> Drop for Landing<T> {
     fn drop(&mut self) {
         if let Some(table) = &self.table {
             let crashed = table.crashed("the flight was dropped before it answered");
-            self.land(Err(crashed));
+            self.land(Err(crashed), Fallback::none());
         }
     }
 }

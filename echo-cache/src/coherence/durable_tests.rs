@@ -24,6 +24,7 @@ const fn spec(name: &'static str, kind: &'static str) -> TableSpec {
         absent_ttl_ms: 0,
         load_timeout_ms: None,
         lost_grace_ms: 0,
+        stale_if_error_ms: 0,
         coherence: Coherence::Durable,
         placement: crate::Placement::Table,
         eviction: crate::Eviction::Hot,

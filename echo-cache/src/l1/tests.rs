@@ -22,6 +22,7 @@ fn table<T>(max_size: usize, eviction: Eviction) -> Rows<T> {
         absent_ttl_ms: None,
         load_timeout_ms: None,
         lost_grace_ms: None,
+        stale_if_error_ms: None,
         coherence: crate::Coherence::None,
         placement: crate::Placement::Table,
         eviction,
@@ -737,4 +738,50 @@ mod model {
             assert_eq!(drops.load(Relaxed), 1);
         });
     }
+}
+
+/// With a grace (`stale_if_error_ms`), a dead row is no hit but stays for
+/// the grace, readable as stale; the sweeper takes it after, an
+/// invalidation at once.
+#[test]
+fn a_dead_row_stays_for_the_grace_and_no_longer() {
+    let spec = crate::directory::SpecParts {
+        name: "rows",
+        type_name: "Rows",
+        kind: "ROW",
+        ttl_ms: 1_000,
+        jitter: None,
+        max_size: Some(100),
+        sweep_ms: None,
+        absent_ttl_ms: None,
+        load_timeout_ms: None,
+        lost_grace_ms: None,
+        stale_if_error_ms: Some(500),
+        coherence: crate::Coherence::None,
+        placement: crate::Placement::Table,
+        eviction: Eviction::Hot,
+        fingerprint: 0,
+    }
+    .build();
+    let rows = Rows::<u64>::new(&spec);
+    let stale = |key, now| rows.stale(key, now).map(|s| (*s.value.unwrap(), s.version));
+    for key in [1, 2] {
+        assert!(rows.insert(key, row(key * 10, key, 100), 0).is_ok());
+    }
+    assert_eq!(stale(1, 99), None, "alive: not stale");
+    assert_eq!(read(&rows, 1, 100), None, "dead: no hit");
+    assert_eq!(
+        (stale(1, 100), stale(1, 599)),
+        (Some((10, 1)), Some((10, 1)))
+    );
+    assert_eq!(stale(1, 600), None, "the grace is over");
+
+    assert_eq!(rows.sweep(599), 0, "kept for the grace");
+    assert!(
+        rows.remove_older(2, None),
+        "an invalidation takes a dead row"
+    );
+    assert_eq!(stale(2, 100), None);
+    assert_eq!(rows.sweep(600), 1);
+    assert_eq!((rows.len(), stale(1, 100)), (0, None));
 }

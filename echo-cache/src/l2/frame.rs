@@ -9,6 +9,14 @@
 //! schema stamp (big-endian) is the declared struct's fingerprint folded
 //! with the codec's name: a frame written by a build whose struct or codec
 //! differs is refused before a byte of the body is decoded.
+//!
+//! A table that serves stale values (`stale_if_error_ms`) keeps its frames
+//! in L2 for the grace past their TTL, so each body starts with the
+//! frame's logical expiry: 8 bytes, big-endian milliseconds since the Unix
+//! epoch on the writer's clock. Past it the frame is a miss, except as the
+//! stale fallback of a failed load. Its schema stamp is folded with
+//! [`EXPIRING`], so a build with the grace and one without refuse each
+//! other's frames (a refill) rather than misread them.
 
 use crate::id::{ID_LEN, Kind, RawId};
 
@@ -43,6 +51,33 @@ pub(crate) fn schema(fingerprint: u64, codec: &str) -> u64 {
         .fold(fingerprint ^ 0xcbf2_9ce4_8422_2325, |hash, byte| {
             (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
         })
+}
+
+/// Folded into the schema stamp of a table whose bodies start with their
+/// expiry.
+pub(crate) const EXPIRING: &str = "+expiry";
+
+/// Bytes of a body's expiry.
+const EXPIRY: usize = 8;
+
+/// `body` prefixed with its logical expiry (Unix milliseconds).
+pub(crate) fn with_expiry(expires_unix_ms: u64, body: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(EXPIRY + body.len());
+    out.extend_from_slice(&expires_unix_ms.to_be_bytes());
+    out.extend_from_slice(body);
+    out
+}
+
+/// The logical expiry of a body written by [`with_expiry`], and the rest.
+pub(crate) fn split_expiry(body: &[u8]) -> Result<(u64, &[u8]), FrameError> {
+    if body.len() < EXPIRY {
+        return Err(FrameError::Short(HEADER + body.len()));
+    }
+    let (expiry, rest) = body.split_at(EXPIRY);
+    Ok((
+        u64::from_be_bytes(expiry.try_into().expect("8 bytes")),
+        rest,
+    ))
 }
 
 pub(crate) fn encode(version: &RawId, schema: u64, body: &[u8]) -> Vec<u8> {
@@ -111,5 +146,13 @@ mod tests {
         bad[5] = b'-';
         assert!(matches!(decode(&bad, kind, 7), Err(FrameError::Version)));
         assert_ne!(schema(1, "postcard-1"), schema(1, "json"));
+    }
+
+    #[test]
+    fn an_expiring_body_carries_its_expiry() {
+        let body = with_expiry(1_234, b"body");
+        assert_eq!(split_expiry(&body).unwrap(), (1_234, &b"body"[..]));
+        assert!(matches!(split_expiry(b"short"), Err(FrameError::Short(_))));
+        assert_ne!(schema(1, "postcard-1"), schema(1, "postcard-1+expiry"));
     }
 }

@@ -50,6 +50,9 @@ pub(crate) struct Tier<T> {
     schema: u64,
     max_value_bytes: usize,
     tombstone_ttl: Duration,
+    /// `stale_if_error_ms`: frames outlive their TTL by it, their bodies
+    /// prefixed with their logical expiry (see [`frame`]). 0: plain frames.
+    grace_ms: u64,
     read_warning: Warning,
     write_warning: Warning,
 }
@@ -77,12 +80,17 @@ enum How {
 
 /// What L2 holds for a key.
 pub(crate) enum Found<T> {
-    /// Nothing usable: no key, a tombstone, or L2 is down.
+    /// Nothing usable: no key, or L2 is down.
     Nothing,
     /// A frame that is not a value of this table (counted and logged).
     Bad,
     /// A value and its version.
     Value(RawId, T),
+    /// A value past its logical expiry, kept for the table's grace
+    /// (`stale_if_error_ms`): a miss, but a fallback if the load fails.
+    Expired(RawId, T),
+    /// The tombstone of an invalidation at this version: a miss.
+    Tombstone(RawId),
 }
 
 impl<T: Cached> Tier<T> {
@@ -93,8 +101,18 @@ impl<T: Cached> Tier<T> {
         max_value_bytes: usize,
         tombstone_ttl: Duration,
     ) -> Tier<T> {
+        let grace_ms = spec.stale_if_error_ms();
+        let schema = if grace_ms > 0 {
+            frame::schema(
+                spec.fingerprint(),
+                &[codec.name(), frame::EXPIRING].concat(),
+            )
+        } else {
+            frame::schema(spec.fingerprint(), codec.name())
+        };
         Tier {
-            schema: frame::schema(spec.fingerprint(), codec.name()),
+            schema,
+            grace_ms,
             prefix: keyspace::prefix(spec),
             slot: keyspace::slot(keyspace::prefix(spec).as_bytes()),
             server,
@@ -141,6 +159,8 @@ impl<T: Cached> Tier<T> {
             Found::Nothing => "nothing",
             Found::Bad => "bad",
             Found::Value(..) => "value",
+            Found::Expired(..) => "expired",
+            Found::Tombstone(..) => "tombstone",
         };
         span.record("outcome", outcome);
         found
@@ -175,20 +195,31 @@ impl<T: Cached> Tier<T> {
                 return Found::Nothing;
             }
         };
+        self.found(key, frame, counters)
+    }
+
+    /// What the frame L2 holds for `key` (if any) says: a value, live or
+    /// past its logical expiry, a tombstone, or a bad frame (counted and
+    /// logged).
+    fn found(&self, key: u64, frame: Option<Vec<u8>>, counters: &Counters) -> Found<T> {
         let Some(frame) = frame else {
             return Found::Nothing;
         };
         let decoded = match frame::decode(&frame, T::KIND, self.schema) {
-            Ok(Frame::Tombstone(_)) => return Found::Nothing,
-            Ok(Frame::Value(version, body)) => self
-                .codec
-                .decode(body)
-                .map(|value| (version, value))
-                .map_err(|e| format!("undecodable body: {e}")),
+            Ok(Frame::Tombstone(version)) => return Found::Tombstone(version),
+            Ok(Frame::Value(version, body)) => self.expiry(body).and_then(|(expiry, body)| {
+                self.codec
+                    .decode(body)
+                    .map(|value| (version, expiry, value))
+                    .map_err(|e| format!("undecodable body: {e}"))
+            }),
             Err(error) => Err(error.to_string()),
         };
         match decoded {
-            Ok((version, value)) => Found::Value(version, value),
+            Ok((version, Some(expiry), value)) if crate::mint::unix_ms() >= expiry => {
+                Found::Expired(version, value)
+            }
+            Ok((version, _, value)) => Found::Value(version, value),
             Err(reason) => {
                 self.bad_frame(key, &reason, counters);
                 Found::Bad
@@ -215,6 +246,17 @@ impl<T: Cached> Tier<T> {
         )
     }
 
+    /// The logical expiry a body starts with (a table with a grace), and
+    /// the rest of it.
+    fn expiry<'b>(&self, body: &'b [u8]) -> Result<(Option<u64>, &'b [u8]), String> {
+        if self.grace_ms == 0 {
+            return Ok((None, body));
+        }
+        frame::split_expiry(body)
+            .map(|(expiry, body)| (Some(expiry), body))
+            .map_err(|e| e.to_string())
+    }
+
     fn bad_frame(&self, key: u64, reason: &str, counters: &Counters) {
         Counters::bump(&counters.decode_errors);
         self.read_warning.emit(|n| {
@@ -227,7 +269,8 @@ impl<T: Cached> Tier<T> {
         });
     }
 
-    /// Writes `value` under `version` for `ttl_ms` if no newer version is
+    /// Writes `value` under `version` for `ttl_ms` (plus the grace, if the
+    /// table has one: see [`frame`]) if no newer version is
     /// there, unless it is larger than `max_value_bytes`: then it is only
     /// kept in L1 (counted as oversized). Fails only if the server did not
     /// take it (counted as dropped); a frame it chose not to write is `Ok`.
@@ -245,6 +288,11 @@ impl<T: Cached> Tier<T> {
             return Ok(());
         }
         let body = match self.codec.encode(value) {
+            // A table with a grace: the frame outlives its TTL by it, and
+            // says when it logically expires.
+            Ok(body) if self.grace_ms > 0 => {
+                frame::with_expiry(crate::mint::unix_ms().saturating_add(ttl_ms), &body)
+            }
             Ok(body) => body,
             Err(error) => {
                 Counters::bump(&counters.l2_writes_dropped);
@@ -267,8 +315,8 @@ impl<T: Cached> Tier<T> {
             (Coherence::Tracking, Write::Fill { over_bad: false }) => How::Vacant,
             _ => How::Versioned,
         };
-        self.put_frame(key, &frame, ttl_ms.max(1), how, counters)
-            .await
+        let px = ttl_ms.saturating_add(self.grace_ms).max(1);
+        self.put_frame(key, &frame, px, how, counters).await
     }
 
     /// Drops `key`: leaves a tombstone of `version` unless a newer value is

@@ -33,6 +33,7 @@ use crate::id::{Id, RawId};
 use crate::l2::Found;
 use crate::mint::Minter;
 use crate::spec::Cached;
+use crate::stale::Fallback;
 use crate::stats::Counters;
 
 /// A type-erased batch loader of `T`: the values it found, by id.
@@ -205,7 +206,19 @@ impl<T: Cached> Table<T> {
 
     /// Resolves the flights of `landings` (see the module's docs), landing
     /// each as soon as its answer is known.
-    async fn resolve_many(&self, landings: &mut [Landing<T>]) {
+    /// As `resolve`, each key gathers in `fallbacks` what may answer if its
+    /// load fails (`stale_if_error_ms`), and skips the loader if it failed
+    /// a moment ago and there is a fallback.
+    async fn resolve_many(&self, landings: &mut [Landing<T>], fallbacks: &mut [Fallback<T>]) {
+        let stale = self.failsafe.enabled() && self.verified();
+        if stale {
+            let now = self.clock.now_ms();
+            for (landing, fallback) in landings.iter().zip(fallbacks.iter_mut()) {
+                if let Some(dead) = self.rows.stale(landing.key, now) {
+                    fallback.offer(dead.value.expect("a value"), dead.version);
+                }
+            }
+        }
         let mut over_bad = vec![false; landings.len()];
         let mut rest: Vec<usize> = (0..landings.len()).collect();
         if let Some(tier) = &self.tier {
@@ -220,7 +233,18 @@ impl<T: Cached> Table<T> {
                         if !self.applied.overtakes(keys[i], version.payload()) =>
                     {
                         let value = Arc::new(value);
-                        landings[i].land(Ok(Fetched::new(value, Source::L2, version.payload())));
+                        let fetched = Fetched::new(value, Source::L2, version.payload());
+                        landings[i].land(Ok(fetched), take(&mut fallbacks[i]));
+                    }
+                    Found::Expired(version, value)
+                        if stale && !self.applied.overtakes(keys[i], version.payload()) =>
+                    {
+                        fallbacks[i].offer(Arc::new(value), version.payload());
+                        rest.push(i);
+                    }
+                    Found::Tombstone(version) => {
+                        fallbacks[i].invalidated(version.payload());
+                        rest.push(i);
                     }
                     Found::Bad => {
                         over_bad[i] = true;
@@ -230,12 +254,27 @@ impl<T: Cached> Table<T> {
                 }
             }
         }
+        let now = self.clock.now_ms();
+        rest.retain(|&i| {
+            let failed = (fallbacks[i].is_some())
+                .then(|| self.failsafe.backing_off(landings[i].key, now))
+                .flatten();
+            let Some(failed) = failed else {
+                return true;
+            };
+            fallbacks[i].backoff = true;
+            landings[i].land(Err(failed), take(&mut fallbacks[i]));
+            false
+        });
         if rest.is_empty() {
             return;
         }
         match &self.batch {
-            Some(batch) => self.load_batch(batch, landings, &rest, &over_bad).await,
-            None => self.load_each(landings, &rest, &over_bad).await,
+            Some(batch) => {
+                self.load_batch(batch, landings, fallbacks, &rest, &over_bad)
+                    .await;
+            }
+            None => self.load_each(landings, fallbacks, &rest, &over_bad).await,
         }
     }
 
@@ -246,6 +285,7 @@ impl<T: Cached> Table<T> {
         &self,
         batch: &BatchLoader<T>,
         landings: &mut [Landing<T>],
+        fallbacks: &mut [Fallback<T>],
         rest: &[usize],
         over_bad: &[bool],
     ) {
@@ -275,7 +315,7 @@ impl<T: Cached> Table<T> {
                     source: Arc::from(source),
                 };
                 for &i in rest {
-                    landings[i].land(Err(failed.clone()));
+                    landings[i].land(Err(failed.clone()), take(&mut fallbacks[i]));
                 }
                 return;
             }
@@ -286,17 +326,23 @@ impl<T: Cached> Table<T> {
             match found.remove(&key) {
                 Some(value) => fills
                     .push(async move { (i, self.fill(key, &version, value, over_bad[i]).await) }),
-                None => landings[i].land(Err(self.not_found(key))),
+                None => landings[i].land(Err(self.not_found(key)), take(&mut fallbacks[i])),
             }
         }
         while let Some((i, filled)) = fills.next().await {
-            landings[i].land(Ok(filled));
+            landings[i].land(Ok(filled), take(&mut fallbacks[i]));
         }
     }
 
     /// The single loader for each key of `landings` at `rest`, all at once,
     /// each landing as it answers (a panic fails its key only).
-    async fn load_each(&self, landings: &mut [Landing<T>], rest: &[usize], over_bad: &[bool]) {
+    async fn load_each(
+        &self,
+        landings: &mut [Landing<T>],
+        fallbacks: &mut [Fallback<T>],
+        rest: &[usize],
+        over_bad: &[bool],
+    ) {
         let mut loads: FuturesUnordered<_> = (rest.iter())
             .map(|&i| {
                 let load = AssertUnwindSafe(self.load(landings[i].key, over_bad[i]));
@@ -305,7 +351,7 @@ impl<T: Cached> Table<T> {
             .collect();
         while let Some((i, loaded)) = loads.next().await {
             let outcome = loaded.unwrap_or_else(|panic| Err(self.crashed(&panic_message(&*panic))));
-            landings[i].land(outcome);
+            landings[i].land(outcome, take(&mut fallbacks[i]));
         }
     }
 }
@@ -315,7 +361,10 @@ impl<T: Cached> Table<T> {
 /// panics) lands an error. A landing dropped unlanded lands a crash.
 async fn fly_many<T: Cached>(table: Arc<Table<T>>, mut landings: Vec<Landing<T>>) {
     let deadline = table.load_timeout;
-    let resolved = AssertUnwindSafe(table.resolve_many(&mut landings)).catch_unwind();
+    // Filled as the flights go: still there if they time out.
+    let mut fallbacks: Vec<Fallback<T>> = landings.iter().map(|_| Fallback::none()).collect();
+    let resolved =
+        AssertUnwindSafe(table.resolve_many(&mut landings, &mut fallbacks)).catch_unwind();
     let failed = match tokio::time::timeout(deadline, resolved).await {
         Ok(Ok(())) => return,
         Ok(Err(panic)) => table.crashed(&panic_message(&*panic)),
@@ -324,8 +373,13 @@ async fn fly_many<T: Cached>(table: Arc<Table<T>>, mut landings: Vec<Landing<T>>
             after: deadline,
         },
     };
-    for landing in &mut landings {
+    for (landing, fallback) in landings.iter_mut().zip(fallbacks) {
         // A no-op for those that landed.
-        landing.land(Err(failed.clone()));
+        landing.land(Err(failed.clone()), fallback);
     }
+}
+
+/// The fallback of a key about to land, leaving none behind.
+fn take<T>(fallback: &mut Fallback<T>) -> Fallback<T> {
+    std::mem::replace(fallback, Fallback::none())
 }

@@ -17,6 +17,7 @@ macro_rules! declare {
             sweep_ms = 500,
             absent_ttl_ms = 5_000,
             load_timeout_ms = 2_000,
+            stale_if_error_ms = 30_000,
             name = "games",
             crate = "::echo_cache"
         )]
@@ -52,6 +53,7 @@ fn main() {
     assert_eq!(spec.sweep_ms(), 500);
     assert_eq!(spec.absent_ttl_ms(), 5_000);
     assert_eq!(spec.load_timeout_ms(), Some(2_000));
+    assert_eq!(spec.stale_if_error_ms(), 30_000);
     assert_eq!(spec.name(), "games");
     assert!(spec.type_name().ends_with("::Game"), "{}", spec.type_name());
     assert!(echo_cache::declared().contains(&spec));

@@ -11,7 +11,6 @@ use redis::Cmd;
 use tracing::{Instrument, field};
 
 use super::{Found, Tier};
-use crate::l2::frame::{self, Frame};
 use crate::spec::Cached;
 use crate::stats::Counters;
 
@@ -103,29 +102,5 @@ impl<T: Cached> Tier<T> {
             }
         }
         found
-    }
-
-    /// What the frame L2 holds for `key` (if any) says: a value, a
-    /// tombstone (nothing), or a bad frame (counted and logged).
-    fn found(&self, key: u64, frame: Option<Vec<u8>>, counters: &Counters) -> Found<T> {
-        let Some(frame) = frame else {
-            return Found::Nothing;
-        };
-        let decoded = match frame::decode(&frame, T::KIND, self.schema) {
-            Ok(Frame::Tombstone(_)) => return Found::Nothing,
-            Ok(Frame::Value(version, body)) => self
-                .codec
-                .decode(body)
-                .map(|value| (version, value))
-                .map_err(|e| format!("undecodable body: {e}")),
-            Err(error) => Err(error.to_string()),
-        };
-        match decoded {
-            Ok((version, value)) => Found::Value(version, value),
-            Err(reason) => {
-                self.bad_frame(key, &reason, counters);
-                Found::Bad
-            }
-        }
     }
 }
