@@ -437,3 +437,24 @@ async fn another_nodes_invalidate_is_never_served_stale_broadcast() {
 async fn another_nodes_invalidate_is_never_served_stale_tracking() {
     another_nodes_invalidate_is_never_served_stale::<Tracked>().await;
 }
+
+#[tokio::test]
+async fn a_batch_serves_stale_too_and_not_an_invalidated_id() {
+    let store = Store::default();
+    let (cache, clock) = cache(&store);
+    let (kept, revoked) = (Id::<Session>::mint(), Id::<Session>::mint());
+    let filled = cache.fetch_many([kept, revoked]).await;
+    let revision = filled[0].as_ref().expect("filled").revision;
+    store.set(FAILING);
+    cache.invalidate(revoked).await.unwrap();
+    clock.advance(ms(10_000));
+
+    let answers = cache.fetch_many([kept, revoked]).await;
+    let answer = answers[0].as_ref().expect("served stale");
+    assert_eq!(
+        (answer.source(), answer.revision),
+        (Source::Stale, revision)
+    );
+    assert!(is_load_error(&answers[1]), "invalidated: never stale");
+    assert_eq!(cache.stats::<Session>().stale_served, 1);
+}
