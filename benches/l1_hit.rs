@@ -13,9 +13,11 @@
 //!   `Fetched`, all included.
 //! - `quick_cache`: `quick_cache::sync::Cache::get`.
 //! - `moka`: `moka::sync::Cache::get` (no TTL set: moka's cheapest hit).
+//! - `dashmap`: `DashMap::get(..)` and a clone of the `Arc` (a sharded,
+//!   locked map: what a hand-rolled cache is often built on).
 //! - `floor`: `HashMap::get(..).cloned()` on a map no one writes.
 //!
-//! All four hash with foldhash (`foldhash::fast::RandomState`, the hasher
+//! All five hash with foldhash (`foldhash::fast::RandomState`, the hasher
 //! echo-cache uses inside). The peers are keyed by the `u64` payload of the
 //! same ids echo-cache is read with; every engine owns its own values
 //! (allocated as it is filled) and returns (clones, then drops) an `Arc`.
@@ -114,6 +116,7 @@ struct Echo(Cache);
 struct Quick(quick_cache::sync::Cache<u64, Arc<Entity>, quick_cache::UnitWeighter, Hasher>);
 struct Moka(moka::sync::Cache<u64, Arc<Entity>, Hasher>);
 struct Floor(HashMap<u64, Arc<Entity>, Hasher>);
+struct Dash(dashmap::DashMap<u64, Arc<Entity>, Hasher>);
 
 impl Engine for Echo {
     #[inline]
@@ -136,6 +139,13 @@ impl Engine for Moka {
     #[inline]
     fn hit(&self, key: u64) {
         black_box(self.0.get(&key));
+    }
+}
+
+impl Engine for Dash {
+    #[inline]
+    fn hit(&self, key: u64) {
+        black_box(self.0.get(&key).map(|entry| Arc::clone(entry.value())));
     }
 }
 
@@ -307,14 +317,16 @@ fn check_echo(cache: &Cache, ids: &[u64]) {
     assert_eq!(stats.misses, 0, "echo-cache missed nothing");
 }
 
-fn check_peers(quick: &Quick, moka: &Moka, floor: &Floor, ids: &[u64]) {
+fn check_peers(quick: &Quick, moka: &Moka, floor: &Floor, dash: &Dash, ids: &[u64]) {
     moka.0.run_pending_tasks();
+    assert_eq!(dash.0.len(), IDS, "dashmap kept every id");
     assert_eq!(moka.0.entry_count(), IDS as u64, "moka kept every id");
     assert_eq!(quick.0.len(), IDS, "quick_cache kept every id");
     for key in ids {
         assert!(quick.0.get(key).is_some(), "quick_cache: a hit");
         assert!(moka.0.get(key).is_some(), "moka: a hit");
         assert!(floor.0.contains_key(key), "floor: a hit");
+        assert!(dash.0.contains_key(key), "dashmap: a hit");
     }
 }
 
@@ -357,7 +369,8 @@ fn samples(pattern: &Pattern, contenders: &[Contender<'_>]) -> [Vec<Vec<f64>>; 2
     samples
 }
 
-/// The summary pass and its table. Contenders: echo, quick_cache, moka, floor.
+/// The summary pass and its table. Contenders: echo, quick_cache, moka,
+/// floor, dashmap.
 fn summary(patterns: &[Pattern], contenders: &[Contender<'_>]) -> String {
     let load_before = load_average();
     let mut out = String::new();
@@ -369,8 +382,17 @@ fn summary(patterns: &[Pattern], contenders: &[Contender<'_>]) -> String {
     );
     let _ = writeln!(
         out,
-        "{:<12} {:>8} {:>11} {:>8} {:>8} | {:>8} {:>9} {:>10}",
-        "scenario", "echo", "quick_cache", "moka", "floor", "echo/qc", "moka/echo", "echo/floor"
+        "{:<12} {:>8} {:>11} {:>8} {:>8} {:>8} | {:>8} {:>9} {:>10} {:>9}",
+        "scenario",
+        "echo",
+        "quick_cache",
+        "moka",
+        "floor",
+        "dashmap",
+        "echo/qc",
+        "moka/echo",
+        "echo/floor",
+        "echo/dash"
     );
     let mut targets = Vec::new();
     // Per pattern: its name and each contender's 2-thread scaling.
@@ -379,15 +401,24 @@ fn summary(patterns: &[Pattern], contenders: &[Contender<'_>]) -> String {
         let samples = samples(pattern, contenders);
         for threads in [1, 2] {
             let ns: Vec<f64> = samples[threads - 1].iter().map(|s| median(s)).collect();
-            let (echo, quick, moka, floor) = (ns[0], ns[1], ns[2], ns[3]);
+            let (echo, quick, moka, floor, dash) = (ns[0], ns[1], ns[2], ns[3], ns[4]);
             let _ = writeln!(
                 out,
-                "{:<12} {echo:>8.1} {quick:>11.1} {moka:>8.1} {floor:>8.1} | {:>8.2} {:>9.1} {:>10.2}",
+                "{:<12} {echo:>8.1} {quick:>11.1} {moka:>8.1} {floor:>8.1} {dash:>8.1} | {:>8.2} {:>9.1} {:>10.2} {:>9.2}",
                 format!("{}/{threads}t", pattern.name),
                 echo / quick,
                 moka / echo,
                 echo / floor,
+                echo / dash,
             );
+            if threads == 1 {
+                targets.push(format!(
+                    "{}/1t: echo/dashmap {:.2} <= 1.00 {}",
+                    pattern.name,
+                    echo / dash,
+                    verdict(echo <= dash),
+                ));
+            }
             targets.push(format!(
                 "{}/{threads}t: echo/qc {:.2} <= 1.00 {}; moka/echo {:.1} >= 8 {}; echo/floor {:.2} <= 1.5 {}",
                 pattern.name,
@@ -418,17 +449,17 @@ fn summary(patterns: &[Pattern], contenders: &[Contender<'_>]) -> String {
     }
     let _ = writeln!(
         out,
-        "\n2-thread scaling (lookups/s on 2 threads / on 1 = 2 x t1 / t2, median of the rounds' ratios)\n{:<12} {:>8} {:>11} {:>8} {:>8}",
-        "pattern", "echo", "quick_cache", "moka", "floor"
+        "\n2-thread scaling (lookups/s on 2 threads / on 1 = 2 x t1 / t2, median of the rounds' ratios)\n{:<12} {:>8} {:>11} {:>8} {:>8} {:>8}",
+        "pattern", "echo", "quick_cache", "moka", "floor", "dashmap"
     );
     for (name, scaling) in &scalings {
         let _ = writeln!(
             out,
-            "{name:<12} {:>7.2}x {:>10.2}x {:>7.2}x {:>7.2}x",
-            scaling[0], scaling[1], scaling[2], scaling[3]
+            "{name:<12} {:>7.2}x {:>10.2}x {:>7.2}x {:>7.2}x {:>7.2}x",
+            scaling[0], scaling[1], scaling[2], scaling[3], scaling[4]
         );
     }
-    let _ = writeln!(out, "\ntargets (issue 2):");
+    let _ = writeln!(out, "\ntargets (issues 2 and 11):");
     for line in targets {
         let _ = writeln!(out, "  {line}");
     }
@@ -467,13 +498,21 @@ fn main() {
         map.insert(key, Arc::new(entity(i)));
     }
     let floor = Floor(map);
-    check_peers(&quick, &moka, &floor, &ids);
+    let dash = Dash(dashmap::DashMap::with_capacity_and_hasher(
+        IDS,
+        Hasher::default(),
+    ));
+    for (i, &key) in ids.iter().enumerate() {
+        dash.0.insert(key, Arc::new(entity(i)));
+    }
+    check_peers(&quick, &moka, &floor, &dash, &ids);
 
     let contenders = [
         contender("echo-cache", &echo),
         contender("quick_cache", &quick),
         contender("moka", &moka),
         contender("floor", &floor),
+        contender("dashmap", &dash),
     ];
 
     let mut criterion = Criterion::default()
@@ -494,5 +533,5 @@ fn main() {
 
     // Still every id cached, and every echo-cache read was a hit.
     check_echo(&echo.0, &ids);
-    check_peers(&quick, &moka, &floor, &ids);
+    check_peers(&quick, &moka, &floor, &dash, &ids);
 }

@@ -9,7 +9,10 @@ mod coherence_support;
 use coherence_support::{
     Entity, Sor, eventually, health, link_clients, linked, reads, with_loaders,
 };
-use echo_cache::{Cache, Cached, Health, Id, Source};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+
+use echo_cache::{Cache, Cached, Error, Health, Id, Source, keyspace, near_cache};
 use echo_cache_testkit::RedisServer;
 use redis::aio::MultiplexedConnection;
 
@@ -41,11 +44,64 @@ graced!(Prices, "PRI", "tracking", "prices", 60_000);
 graced!(Ledger, "LED", "durable", "ledger", 60_000);
 graced!(Brief, "BRF", "broadcast", "brief", 300);
 
+/// Rows (and frames) that live 300 ms, then answer stale for a minute while
+/// the loader fails (`stale_if_error_ms`); without a lost-channel grace.
+#[near_cache(
+    kind = "FSB",
+    ttl_ms = 300,
+    jitter = 0.0,
+    coherence = "broadcast",
+    stale_if_error_ms = 60_000
+)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Failsafe {
+    pub revision: u64,
+}
+
+/// The same with a lost-channel grace.
+#[near_cache(
+    kind = "FSG",
+    ttl_ms = 300,
+    jitter = 0.0,
+    coherence = "broadcast",
+    stale_if_error_ms = 60_000,
+    lost_grace_ms = 60_000
+)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct FailsafeGraced {
+    pub revision: u64,
+}
+
+/// A loader of `T` that answers revision 0, or fails once `failing` is set.
+fn switchable<T: Default + Send + 'static>(
+    failing: &Arc<AtomicBool>,
+) -> impl Fn(Id<T>) -> std::future::Ready<Result<Option<T>, std::io::Error>> + Send + Sync + 'static
+{
+    let failing = Arc::clone(failing);
+    move |_| {
+        std::future::ready(if failing.load(SeqCst) {
+            Err(std::io::Error::other("the store is down"))
+        } else {
+            Ok(Some(T::default()))
+        })
+    }
+}
+
 /// Two linked nodes on `server`, every table with a loader that reads
-/// `sor`.
+/// `sor` (the fail-safe tables' fail once `failing` is set).
 async fn nodes(server: &RedisServer, sor: &Sor) -> (Cache, Cache) {
+    nodes_failing(server, sor, &Arc::default()).await
+}
+
+async fn nodes_failing(
+    server: &RedisServer,
+    sor: &Sor,
+    failing: &Arc<AtomicBool>,
+) -> (Cache, Cache) {
     let node = || {
         with_loaders(coherence_support::builder(server), sor)
+            .loader(switchable::<Failsafe>(failing))
+            .loader(switchable::<FailsafeGraced>(failing))
             .loader(reads::<Catalogue>(sor))
             .loader(reads::<Prices>(sor))
             .loader(reads::<Ledger>(sor))
@@ -244,4 +300,59 @@ async fn past_the_grace_l1_is_flushed_and_bypassed() {
     assert_eq!(read(&b, brief).await.0, Source::Hit, "L1 keeps rows again");
     assert_eq!(Brief::spec().lost_grace_ms(), 300);
     assert_eq!(Catalogue::spec().lost_grace_ms(), LONG);
+}
+
+/// An expired value is never served stale by a node that cannot hear
+/// invalidations: not while it bypasses L1 (no grace), not while it serves
+/// unverified rows (within a grace).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_is_served_stale_while_the_channel_is_lost() {
+    let server = RedisServer::start();
+    let (sor, failing) = (Sor::default(), Arc::new(AtomicBool::new(false)));
+    let (_a, b) = nodes_failing(&server, &sor, &failing).await;
+    let (bypassed, unverified) = (Id::<Failsafe>::mint(), Id::<FailsafeGraced>::mint());
+    b.fetch(bypassed).await.unwrap();
+    b.fetch(unverified).await.unwrap();
+    let mut raw = server.connection().await;
+
+    cut_links(&server, &mut raw).await;
+    eventually(
+        "one table bypasses, the other serves unverified",
+        async || {
+            health::<Failsafe>(&b) == Health::Bypassing
+                && health::<FailsafeGraced>(&b) == Health::Unverified
+        },
+    )
+    .await;
+    // Both frames past their 300 ms: PX = ttl + grace leaves less than the
+    // grace.
+    for key in [
+        keyspace::key(Failsafe::spec(), &bypassed.raw()),
+        keyspace::key(FailsafeGraced::spec(), &unverified.raw()),
+    ] {
+        eventually("the frame's logical expiry", async || {
+            query::<i64>(&mut raw, redis::cmd("PTTL").arg(&key)).await < 60_000
+        })
+        .await;
+    }
+    failing.store(true, SeqCst);
+    assert!(
+        matches!(b.fetch(bypassed).await, Err(Error::Load { .. })),
+        "bypassing: the loader's error, not L2's expired frame"
+    );
+    assert!(
+        matches!(b.fetch(unverified).await, Err(Error::Load { .. })),
+        "unverified: the loader's error, not a stale value"
+    );
+    assert_eq!(
+        b.stats::<Failsafe>().stale_served + b.stats::<FailsafeGraced>().stale_served,
+        0
+    );
+    let_in(&mut raw).await;
+    linked(&b).await;
+    assert_eq!(
+        b.fetch(bypassed).await.expect("back: stale again").source(),
+        Source::Stale,
+        "the same fetch with the channel up serves stale"
+    );
 }
