@@ -1,6 +1,6 @@
 //! The herd: 10,000 tasks miss one cold id at once, and the loader behind
 //! the cache takes 10 ms. echo-cache `fetch` against moka's
-//! `future::Cache::get_with`.
+//! `future::Cache::get_with` and `quick_cache`'s `sync::Cache::get_or_insert_async`.
 //!
 //! # What runs
 //!
@@ -117,6 +117,13 @@ struct Moka {
     calls: Arc<Calls>,
 }
 
+struct Quick {
+    cache: Arc<QuickCache>,
+    calls: Arc<Calls>,
+}
+
+type QuickCache = quick_cache::sync::Cache<u64, Arc<Entity>, quick_cache::UnitWeighter, Hasher>;
+
 impl Echo {
     fn new() -> Echo {
         let calls = Arc::new(Calls::new());
@@ -196,6 +203,49 @@ impl Herd for Moka {
     }
 }
 
+impl Quick {
+    fn new() -> Quick {
+        Quick {
+            cache: Arc::new(quick_cache::sync::Cache::with(
+                1_000_000,
+                1_000_000,
+                quick_cache::UnitWeighter,
+                Hasher::default(),
+                quick_cache::sync::DefaultLifecycle::default(),
+            )),
+            calls: Arc::new(Calls::new()),
+        }
+    }
+}
+
+impl Herd for Quick {
+    fn calls(&self) -> &Calls {
+        &self.calls
+    }
+
+    async fn one(&self) -> Duration {
+        let key = Id::<Entity>::mint().payload();
+        let before = self.calls.total.load(Relaxed);
+        let start = Instant::now();
+        let tasks: Vec<_> = (0..TASKS)
+            .map(|_| {
+                let cache = Arc::clone(&self.cache);
+                let calls = Arc::clone(&self.calls);
+                tokio::spawn(async move {
+                    let init = async { Ok::<_, ()>(Arc::new(load(&calls, key).await)) };
+                    cache.get_or_insert_async(&key, init).await
+                })
+            })
+            .collect();
+        for task in tasks {
+            black_box(task.await.expect("a task ran").expect("a value"));
+        }
+        let elapsed = start.elapsed();
+        self.calls.herd(before);
+        elapsed
+    }
+}
+
 /// `herds` herds in a row, their total time.
 fn herds<H: Herd>(runtime: &Runtime, engine: &H, herds: u64) -> Duration {
     runtime.block_on(async {
@@ -213,12 +263,13 @@ fn millis(d: Duration) -> f64 {
 
 /// Interleaved herds, then each engine's median and worst herd and its
 /// loader calls per herd.
-fn summary(runtime: &Runtime, echo: &Echo, moka: &Moka) -> String {
+fn summary(runtime: &Runtime, echo: &Echo, moka: &Moka, quick: &Quick) -> String {
     let before = load_average();
-    let mut times: [Vec<Duration>; 2] = [Vec::new(), Vec::new()];
+    let mut times: [Vec<Duration>; 3] = [Vec::new(), Vec::new(), Vec::new()];
     for _ in 0..SUMMARY_HERDS {
         times[0].push(herds(runtime, echo, 1));
         times[1].push(herds(runtime, moka, 1));
+        times[2].push(herds(runtime, quick, 1));
     }
     let mut out = format!(
         "herd summary: {TASKS} tasks miss one cold id, {} ms loader, {} worker threads, \
@@ -232,7 +283,11 @@ fn summary(runtime: &Runtime, echo: &Echo, moka: &Moka) -> String {
         "loader calls per herd",
         "herds",
     );
-    let engines: [(&str, &Calls); 2] = [("echo-cache", echo.calls()), ("moka", moka.calls())];
+    let engines: [(&str, &Calls); 3] = [
+        ("echo-cache", echo.calls()),
+        ("moka", moka.calls()),
+        ("quick_cache", quick.calls()),
+    ];
     for ((name, calls), mut t) in engines.into_iter().zip(times) {
         t.sort();
         let (min, max) = (calls.min.load(Relaxed), calls.max.load(Relaxed));
@@ -268,6 +323,7 @@ fn main() {
         .expect("a runtime");
     let echo = runtime.block_on(async { Echo::new() });
     let moka = Moka::new();
+    let quick = Quick::new();
 
     let mut criterion = Criterion::default()
         .warm_up_time(Duration::from_secs(1))
@@ -284,11 +340,14 @@ fn main() {
         group.bench_function("moka", |b| {
             b.iter_custom(|iters| herds(&runtime, &moka, iters));
         });
+        group.bench_function("quick_cache", |b| {
+            b.iter_custom(|iters| herds(&runtime, &quick, iters));
+        });
         group.finish();
     }
     criterion.final_summary();
 
     if benchmarking() {
-        println!("\n{}", summary(&runtime, &echo, &moka));
+        println!("\n{}", summary(&runtime, &echo, &moka, &quick));
     }
 }
