@@ -92,6 +92,11 @@ pub(crate) const KEYS: &[Key] = &[
         meaning: "how long past its expiry a value may still answer while the loader fails, in milliseconds (0: never)",
     },
     Key {
+        name: "refresh_ms",
+        example: "10_000",
+        meaning: "how long before its expiry a row read starts its refresh, in milliseconds",
+    },
+    Key {
         name: "name",
         example: "\"games\"",
         meaning: "the table's name",
@@ -169,6 +174,7 @@ pub(crate) struct Args {
     pub(crate) load_timeout_ms: Value,
     pub(crate) lost_grace_ms: Value,
     pub(crate) stale_if_error_ms: Value,
+    pub(crate) refresh_ms: Value,
     pub(crate) name: Value,
     pub(crate) krate: Value,
     /// Whether the whole list could be read. After a syntax error the keys
@@ -198,6 +204,7 @@ impl Args {
             "load_timeout_ms" => &mut self.load_timeout_ms,
             "lost_grace_ms" => &mut self.lost_grace_ms,
             "stale_if_error_ms" => &mut self.stale_if_error_ms,
+            "refresh_ms" => &mut self.refresh_ms,
             "name" => &mut self.name,
             "crate" => &mut self.krate,
             _ => return None,
@@ -222,6 +229,7 @@ pub(crate) fn parse(tokens: TokenStream) -> Args {
         load_timeout_ms: Value::Absent,
         lost_grace_ms: Value::Absent,
         stale_if_error_ms: Value::Absent,
+        refresh_ms: Value::Absent,
         name: Value::Absent,
         krate: Value::Absent,
         complete: true,

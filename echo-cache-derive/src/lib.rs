@@ -20,7 +20,7 @@ use proc_macro::TokenStream;
 /// optionally `loader` (the function that reads a missing row),
 /// `coherence`, `placement`, `jitter`, `max_size`, `eviction`, `sweep_ms`,
 /// `absent_ttl_ms`, `load_timeout_ms`, `lost_grace_ms`,
-/// `stale_if_error_ms`, `name` and
+/// `refresh_ms`, `stale_if_error_ms`, `name` and
 /// `crate`. See
 /// `echo_cache`'s crate docs for what each means.
 #[proc_macro_attribute]

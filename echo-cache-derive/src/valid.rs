@@ -49,6 +49,7 @@ pub(crate) struct Decl {
     pub(crate) load_timeout_ms: Option<u64>,
     pub(crate) lost_grace_ms: Option<u64>,
     pub(crate) stale_if_error_ms: Option<u64>,
+    pub(crate) refresh_ms: Option<u64>,
     pub(crate) name: String,
     pub(crate) krate: syn::Path,
 }
@@ -124,6 +125,15 @@ pub(crate) fn validate(mut args: Args, input: &DeriveInput) -> Result<Decl, Inva
         .and_then(|(at, lit)| errors.check(at, lost_grace(lit, coherence)));
     let stale_if_error_ms =
         (args.stale_if_error_ms.lit()).and_then(|(at, lit)| errors.check(at, grace(lit)));
+    let refresh_ms = (args.refresh_ms.lit()).and_then(|(at, lit)| {
+        let refresh_ms = positive(lit, "refresh_ms");
+        // Checked against the TTL only if both are well-formed.
+        let refresh_ms = match (refresh_ms, ttl_ms) {
+            (Ok(refresh_ms), Some(ttl_ms)) => within_life(lit, refresh_ms, ttl_ms, jitter),
+            (refresh_ms, _) => refresh_ms,
+        };
+        errors.check(at, refresh_ms)
+    });
     let name = match args.name.lit() {
         Some((at, lit)) => errors.check(at, table_name(lit)),
         None => errors.check(At::Item, derived_name(input)),
@@ -158,6 +168,7 @@ pub(crate) fn validate(mut args: Args, input: &DeriveInput) -> Result<Decl, Inva
             load_timeout_ms,
             lost_grace_ms,
             stale_if_error_ms,
+            refresh_ms,
             name,
             krate,
         }),
@@ -342,6 +353,32 @@ fn lost_grace(lit: &Lit, coherence: Option<&str>) -> syn::Result<u64> {
         ));
     }
     Ok(grace)
+}
+
+/// `refresh_ms`, if it is shorter than the shortest life a row is drawn
+/// (`ttl_ms − ttl_ms × jitter`): else a row would be due for refresh as
+/// soon as it is filled, and refreshed on every read.
+fn within_life(lit: &Lit, refresh_ms: u64, ttl_ms: u64, jitter: Option<f64>) -> syn::Result<u64> {
+    // The runtime's default jitter (`TableSpec::DEFAULT_JITTER`).
+    let jitter = jitter.unwrap_or(0.1);
+    // As the runtime draws it: the spread in whole milliseconds.
+    #[allow(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        clippy::cast_precision_loss
+    )]
+    let shortest = ttl_ms - (ttl_ms as f64 * jitter) as u64;
+    if refresh_ms < shortest {
+        return Ok(refresh_ms);
+    }
+    Err(syn::Error::new(
+        lit.span(),
+        format!(
+            "`refresh_ms` must be less than the shortest life of a row, ttl_ms − ttl_ms × \
+             jitter = {shortest} ms, not {refresh_ms}: a row is refreshed when less than \
+             `refresh_ms` of its life remain, and this one would be due as soon as it is filled"
+        ),
+    ))
 }
 
 fn coherence(lit: &Lit) -> syn::Result<&'static str> {

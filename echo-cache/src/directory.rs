@@ -50,6 +50,7 @@ pub struct SpecParts {
     pub load_timeout_ms: Option<u64>,
     pub lost_grace_ms: Option<u64>,
     pub stale_if_error_ms: Option<u64>,
+    pub refresh_ms: Option<u64>,
     pub coherence: Coherence,
     pub placement: Placement,
     pub eviction: Eviction,
@@ -89,6 +90,10 @@ impl SpecParts {
             stale_if_error_ms: match self.stale_if_error_ms {
                 Some(grace) => grace,
                 None => TableSpec::DEFAULT_STALE_IF_ERROR_MS,
+            },
+            refresh_ms: match self.refresh_ms {
+                Some(refresh_ms) => refresh_ms,
+                None => TableSpec::DEFAULT_REFRESH_MS,
             },
             coherence: self.coherence,
             placement: self.placement,

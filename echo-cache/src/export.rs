@@ -67,6 +67,11 @@ const COUNTERS: [(&str, &str, Count); 14] = [
         |s| s.evictions,
     ),
     (
+        "echo_cache_refreshes_total",
+        "refreshes started: rows read when due for refresh-ahead",
+        |s| s.refreshes,
+    ),
+    (
         "echo_cache_invalidations_total",
         "invalidations applied, this node's and other nodes'",
         |s| s.invalidations,

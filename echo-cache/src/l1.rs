@@ -64,6 +64,21 @@
 //!
 //! The victim's value is retired like any removed value: freed by the
 //! epoch, outside every lock.
+//!
+//! # Refresh-ahead
+//!
+//! A table that declares `refresh_ms` wants its rows reloaded before they
+//! die. A hit already holds the row's expiry and `now`: if less than
+//! `refresh_ms` remain, it tells its caller ([`Live::refresh`]) once per
+//! row, by setting a second bit of the row's mark ([`REFRESHING`]) with a
+//! plain store, as for the read bit. Rows not due cost one more compare.
+//! A new row starts with the bit clear, unless its whole life is within
+//! `refresh_ms` (an absence, a value the loader gave a short TTL): those
+//! are never refreshed. The bit is a filter, not a lock: two readers may
+//! both see it clear (the table's flight registry keeps it to one flight
+//! per id), and a reader that read the row a refresh replaces may set it
+//! on the new row, which then dies unrefreshed, once. The hand of eviction
+//! looks at the read bit only.
 
 use std::alloc::{self, Layout};
 use std::hash::BuildHasher;
@@ -129,7 +144,15 @@ pub(crate) struct Row<T> {
 pub(crate) struct Live<T> {
     pub(crate) value: Option<Arc<T>>,
     pub(crate) version: u64,
+    /// The row is due for refresh and this read is the first to see it:
+    /// the caller starts the refresh.
+    pub(crate) refresh: bool,
 }
+
+/// A row's mark, its top bit: its refresh was started, or it is not to be
+/// refreshed. The other bits are eviction's ([`evict::READ`]), which leaves
+/// this one as it is.
+const REFRESHING: u8 = 0x80;
 
 // What a slot's value pointer holds besides an `Arc`'s (whose pointers are
 // never null, 1 or 2: they point past the `Arc`'s counts).
@@ -246,6 +269,8 @@ pub(crate) struct Rows<T> {
     /// How long the sweeper keeps a dead row (`stale_if_error_ms`).
     grace: u64,
     reclaim_every_ms: u64,
+    /// How long before its expiry a read starts a row's refresh (0: never).
+    refresh_ms: u64,
 }
 
 // SAFETY: a `Rows<T>` owns `Arc<T>`s and hands out clones of them.
@@ -408,6 +433,13 @@ impl<T> Array<T> {
         (&self.slots()[i], found)
     }
 
+    /// [`probe`](Self::probe), with the slot's index rather than whether
+    /// `key` claimed it.
+    fn probe_index(&self, key: u64, hash: u64) -> (&Slot<T>, usize) {
+        let (i, _) = self.find(key, hash);
+        (&self.slots()[i], i)
+    }
+
     /// Frees the slots (not the values they point to).
     ///
     /// # Safety
@@ -456,6 +488,18 @@ fn moved_hand(hand: usize, from: usize, to: usize) -> usize {
     // Both below 2^32 (`capacity_for`): the product fits.
     let moved = hand as u64 * to as u64 / from as u64;
     usize::try_from(moved).expect("below `to`")
+}
+
+/// Whether a read of a row due for refresh, whose mark it saw as `seen`,
+/// is the first to see it: then it sets the row's [`REFRESHING`] bit.
+#[cold]
+#[inline(never)]
+fn start_refresh(mark: &AtomicU8, seen: u8) -> bool {
+    if seen & REFRESHING != 0 {
+        return false;
+    }
+    mark.store(evict::READ | REFRESHING, Relaxed);
+    true
 }
 
 /// The shard of a hash: its top bits.
@@ -508,6 +552,7 @@ impl<T> Rows<T> {
             // A full table of live rows must not rescan on every miss.
             reclaim_every_ms: (spec.sweep_ms / 8).max(1),
             grace: spec.stale_if_error_ms,
+            refresh_ms: spec.refresh_ms,
         }
     }
 
@@ -545,7 +590,8 @@ impl<T> Rows<T> {
         if stamp & 1 == 1 || slot.stamp.load(Relaxed) != stamp || !is_row(value) {
             return None;
         }
-        if now >= stamp >> SEQ_BITS {
+        let expires_at = stamp >> SEQ_BITS;
+        if now >= expires_at {
             return None;
         }
         let value = (value != absent()).then(|| {
@@ -562,10 +608,28 @@ impl<T> Rows<T> {
         // wait for this load's cache line.
         // SAFETY: `i < capacity`, the marks' count.
         let mark = unsafe { array.marks().get_unchecked(i) };
-        if mark.load(Relaxed) != evict::READ {
-            mark.store(evict::READ, Relaxed);
+        let seen = mark.load(Relaxed);
+        if seen & !REFRESHING != evict::READ {
+            mark.store(evict::READ | (seen & REFRESHING), Relaxed);
         }
-        Some(Live { value, version })
+        // With refresh off (0) never true: the row is alive at `now`.
+        let refresh =
+            now.saturating_add(self.refresh_ms) >= expires_at && start_refresh(mark, seen);
+        Some(Live {
+            value,
+            version,
+            refresh,
+        })
+    }
+
+    /// The mark a new row starts with: [`REFRESHING`] if it is not to be
+    /// refreshed (an absence, or a row whose whole life is within
+    /// `refresh_ms`, so it would be due at once), else none.
+    fn refresh_mark(&self, row: &Row<T>, now: u64) -> u8 {
+        // Refresh off: no read finds a row due, whatever its mark.
+        let refreshed = self.refresh_ms == 0
+            || (row.value.is_some() && row.expires_at.saturating_sub(now) > self.refresh_ms);
+        if refreshed { 0 } else { REFRESHING }
     }
 
     /// The value of `key` if its row died at most the grace before `now`
@@ -593,6 +657,7 @@ impl<T> Rows<T> {
         Some(Live {
             value: Some(value),
             version: slot.version.load(Relaxed),
+            refresh: false,
         })
     }
 
@@ -658,7 +723,13 @@ impl<T> Rows<T> {
             let slot = &array.slots()[i];
             let old = slot.value.load(Relaxed);
             if is_row(old) {
-                // A replacement: no room needed.
+                // A replacement: no room needed. The read bit stays; the
+                // new row's refresh is not started.
+                let mark = &array.marks()[i];
+                mark.store(
+                    (mark.load(Relaxed) & !REFRESHING) | self.refresh_mark(&row, now),
+                    Relaxed,
+                );
                 slot.write(into_raw(row.value), row.version, row.expires_at);
                 self.retire(old);
                 return Insert::Kept;
@@ -671,8 +742,8 @@ impl<T> Rows<T> {
         }
         if let (Some(array), Some(i)) = (&array, found) {
             // The key's own tombstone.
+            array.marks()[i].store(self.refresh_mark(&row, now), Relaxed);
             array.slots()[i].write(into_raw(row.value), row.version, row.expires_at);
-            array.marks()[i].store(0, Relaxed);
             tally.rows += 1;
             return Insert::Kept;
         }
@@ -684,8 +755,12 @@ impl<T> Rows<T> {
         } else {
             array.expect("a shard with capacity has an array")
         };
-        let (slot, _) = array.probe(key, hash);
+        let (slot, i) = array.probe_index(key, hash);
         // A slot claimed now was empty, its mark unset.
+        let mark = self.refresh_mark(&row, now);
+        if mark != 0 {
+            array.marks()[i].store(mark, Relaxed);
+        }
         slot.claim(key, into_raw(row.value), row.version, row.expires_at);
         tally.claimed += 1;
         tally.rows += 1;

@@ -73,6 +73,7 @@
 //! | `load_timeout_ms` | [`Builder::load_timeout`] (30 s) | the deadline of a flight, > 0 (see [`Error::LoadTimeout`]) |
 //! | `lost_grace_ms` | `0` | how long L1 keeps serving, unverified, once the invalidation channel is lost; at most 60,000, not with `coherence = "none"` (see [A lost channel](#a-lost-channel)) |
 //! | `stale_if_error_ms` | `0` | how long past its expiry a value may still answer while the loader fails or times out, at most a day, `86_400_000` (0: never; see [Serving stale](#serving-stale-while-the-store-fails)) |
+//! | `refresh_ms` | none | a row read when less than this many milliseconds of its life remain is reloaded in the background; less than the shortest life of a row, `ttl − ttl·jitter` (see [Refresh-ahead](#refresh-ahead)) |
 //! | `name` | the type's name in snake case | table name, `[a-z0-9_]+`, unique in the program |
 //! | `crate` | `"::echo_cache"` | path of this crate, for re-exports |
 //!
@@ -141,6 +142,69 @@
 //! loader once per id. Each id keeps its own flight, so a batch and
 //! single fetches of the same id share one load, and an invalidation
 //! while a batch loads wins as it does for [`Cache::fetch`].
+//! # Refresh-ahead
+//!
+//! A hot row that dies makes its next reader wait for a flight. A table
+//! that declares `refresh_ms` reloads its rows before that: a hit on a row
+//! with less than `refresh_ms` of its life left is answered from the row as
+//! usual, and starts a refresh, a flight that no fetch waits for, on the
+//! cache's runtime ([`Builder::runtime`], else the one the hit runs in).
+//! So a row read at least once in its last `refresh_ms` never expires
+//! under its readers, and the loader runs once per `ttl − refresh_ms` for
+//! it, however many nodes' worth of readers it has on this node.
+//!
+//! - One refresh per id at a time: the first read to see a row due marks
+//!   it (no lock, no clock read: the hit already holds both the row and
+//!   the time), and a refresh joins no flight, nor starts one while one is
+//!   under way. Rows not due cost the hit one compare.
+//! - A refresh goes to the loader, not L2: the L2 frame was written when
+//!   the row was, or earlier, and would not live longer. Its value is
+//!   written to L2 as a fill is (a `tracking` table's fill does not replace
+//!   a frame that is there, so its L2 keeps the older frame until it
+//!   expires).
+//! - It lands as a miss's flight does: an invalidation or a put of the id
+//!   meanwhile wins, and the refreshed value is not installed.
+//! - If it fails (a loader error, a timeout, "not found" with no
+//!   `absent_ttl_ms`), the row is left to die at its expiry, and the next
+//!   fetch after that misses as it would have; it is not tried again.
+//! - Rows whose whole life is within `refresh_ms` (a remembered absence)
+//!   are not refreshed.
+//!
+//! Counted in [`Stats::refreshes`]; each refresh's outcome is counted like a
+//! flight's ([`Stats::fills`], [`Stats::load_errors`], ...).
+//!
+//! ```standalone_crate
+//! use std::time::Duration;
+//! use echo_cache::{near_cache, Cache, Clock, Id, Source};
+//!
+//! /// Lives a minute; read in its last 10 s, it is reloaded.
+//! #[near_cache(kind = "SES", ttl_ms = 60_000, jitter = 0.0, refresh_ms = 10_000)]
+//! #[derive(serde::Serialize, serde::Deserialize)]
+//! struct Session { user: String }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), echo_cache::Error> {
+//! let clock = Clock::manual();
+//! let cache = Cache::builder()
+//!     .clock(clock.clone())
+//!     .loader(|_: Id<Session>| async { Ok::<_, std::io::Error>(Some(Session { user: "ada".into() })) })
+//!     .build()?;
+//! let id = Id::<Session>::mint();
+//! cache.fetch(id).await?; // a miss: filled, dies in 60 s
+//!
+//! clock.advance(Duration::from_secs(55));
+//! let due = cache.fetch(id).await?; // 5 s left: a hit, and a refresh starts
+//! assert_eq!(due.source(), Source::Hit);
+//! while cache.stats::<Session>().in_flight > 0 {
+//!     tokio::task::yield_now().await; // the refresh runs on the runtime
+//! }
+//!
+//! clock.advance(Duration::from_secs(30)); // past the first row's expiry
+//! assert_eq!(cache.fetch(id).await?.source(), Source::Hit);
+//! assert_eq!(cache.stats::<Session>().refreshes, 1);
+//! # Ok(())
+//! # }
+//! ```
 //!
 //! # When a table is full
 //!
@@ -546,6 +610,7 @@
 //! | `echo_cache_sweeps_total` | counter | `table` | `sweeps` |
 //! | `echo_cache_full_skips_total` | counter | `table` | `full_skips` |
 //! | `echo_cache_evictions_total` | counter | `table` | `evictions` |
+//! | `echo_cache_refreshes_total` | counter | `table` | `refreshes` |
 //! | `echo_cache_invalidations_total` | counter | `table` | `invalidations` |
 //! | `echo_cache_puts_total` | counter | `table` | `puts` |
 //! | `echo_cache_l2_errors_total` | counter | `table` | `l2_errors` |
@@ -559,7 +624,9 @@
 //!
 //! So the hit ratio of a table is `source="hit"` over the sum of
 //! `echo_cache_fetches_total` (which is `hits + misses` less the flights
-//! under way), and `source="fill"` is its reads of the system of record.
+//! under way, plus the refreshes that ended: a refresh is no fetch, but
+//! its outcome is counted like a flight's), and `source="fill"` is its
+//! reads of the system of record, refreshes included.
 //! The flight histogram is the latency of a miss as the fetch that started
 //! the flight sees it (a coalesced miss waits less: it joined later); L1
 //! hits are counted, not timed, since reading a clock would double the

@@ -187,6 +187,8 @@ pub struct TableSpec {
     pub(crate) lost_grace_ms: u64,
     /// How long past its expiry a row may answer while the loader fails.
     pub(crate) stale_if_error_ms: u64,
+    /// 0: no refresh-ahead.
+    pub(crate) refresh_ms: u64,
     pub(crate) coherence: Coherence,
     pub(crate) placement: Placement,
     pub(crate) eviction: Eviction,
@@ -207,6 +209,10 @@ impl TableSpec {
     /// How long past its expiry a value may answer while the loader
     /// fails; 0 (never: the loader's error) unless declared.
     pub const DEFAULT_STALE_IF_ERROR_MS: u64 = 0;
+    /// How long before its expiry a row read starts its refresh; 0 (rows
+    /// are not refreshed ahead: they die and the next read misses) unless
+    /// declared.
+    pub const DEFAULT_REFRESH_MS: u64 = 0;
 }
 
 impl TableSpec {
@@ -282,6 +288,14 @@ impl TableSpec {
     #[must_use]
     pub const fn stale_if_error_ms(&self) -> u64 {
         self.stale_if_error_ms
+    }
+
+    /// How long before its expiry a row read starts its refresh, in
+    /// milliseconds (`refresh_ms`; 0: rows are not refreshed ahead). See
+    /// [Refresh-ahead](crate#refresh-ahead) in the crate docs.
+    #[must_use]
+    pub const fn refresh_ms(&self) -> u64 {
+        self.refresh_ms
     }
 
     /// The coherence mode.

@@ -51,6 +51,7 @@ impl Striped {
 pub(crate) struct Counters {
     pub(crate) misses: AtomicU64,
     pub(crate) flights: AtomicU64,
+    pub(crate) refreshes: AtomicU64,
     /// Flights started and not yet ended (detached ones included).
     pub(crate) running: AtomicU64,
     pub(crate) fills: AtomicU64,
@@ -85,6 +86,7 @@ impl Counters {
             hits,
             misses: self.misses.load(Relaxed),
             flights: self.flights.load(Relaxed),
+            refreshes: self.refreshes.load(Relaxed),
             fills: self.fills.load(Relaxed),
             l2_hits: self.l2_hits.load(Relaxed),
             coalesced: self.coalesced.load(Relaxed),
@@ -126,7 +128,7 @@ impl Default for Striped {
 ///
 /// - `hits + misses` = fetches;
 /// - `misses` = `flights + coalesced`;
-/// - `flights` = `l2_hits + fills + not_found + load_errors +
+/// - `flights + refreshes` = `l2_hits + fills + not_found + load_errors +
 ///   load_timeouts + stale_served + in_flight` (`in_flight` is 0 at
 ///   rest).
 ///
@@ -166,6 +168,10 @@ pub struct Stats {
     pub misses: u64,
     /// Flights started (each answers every miss that joined it).
     pub flights: u64,
+    /// Refreshes started: flights of rows read when they were due for
+    /// refresh (`refresh_ms`), which no fetch waits for. Each ends as a
+    /// fill (or `not_found`, a load error or timeout) like any flight.
+    pub refreshes: u64,
     /// Flights answered by the loader.
     pub fills: u64,
     /// Flights answered by L2.

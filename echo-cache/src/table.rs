@@ -15,6 +15,11 @@
 //! [`batch`] runs these steps for many ids at once: each id still has its
 //! flight, and the flights one call leads resolve together.
 //!
+//! A hit on a row due for refresh ([`Table::refresh`]) starts a flight of
+//! its own that no caller waits for: the loader (not L2, whose frame is the
+//! one the row was filled from, or older), then the landing, under the same
+//! overtake rules as a miss's flight.
+//!
 //! No user code (a loader, a codec, a value's `Drop`) runs under the
 //! table's locks: rows a write or a landing declines are dropped, and
 //! retired values freed, after the locks are released.
@@ -260,7 +265,43 @@ impl<T: Cached> Table<T> {
         let pin = epoch::pin();
         let live = self.rows.get(&pin, key, self.clock.now_ms())?;
         self.hits.incr(pin.index());
+        if live.refresh {
+            self.refresh(key);
+        }
         Some(self.answer(key, live))
+    }
+
+    /// Starts the refresh of `key`, whose row a hit found due, unless a
+    /// flight of `key` is under way: a flight on the cache's runtime (the
+    /// current one if it has none) that no caller waits for. Without a
+    /// runtime the row is not refreshed, and dies as it would have.
+    #[cold]
+    #[inline(never)]
+    fn refresh(&self, key: u64) {
+        let runtime = self.runtime.clone().or_else(|| Handle::try_current().ok());
+        let (Some(table), Some(runtime)) = (self.me.upgrade(), runtime) else {
+            return;
+        };
+        let mut sender = None;
+        let joined = self.flights.join(
+            key,
+            || None::<()>,
+            |_| (),
+            || {
+                let (answer, waiters) = watch::channel(None);
+                sender = Some(answer);
+                (waiters, ())
+            },
+        );
+        let Joined::Leader(token, ()) = joined else {
+            return;
+        };
+        Counters::bump(&self.counters.refreshes);
+        Counters::bump(&self.counters.running);
+        let sender = sender.take().expect("a new flight's sender");
+        let mut landing = Landing::new(table, key, token, sender);
+        landing.refresh = true;
+        runtime.spawn(landing.launch());
     }
 
     /// The answer of a live L1 row: its value, or the remembered absence.
@@ -358,16 +399,22 @@ impl<T: Cached> Table<T> {
         }
     }
 
-    /// Step 3: L2, then the loader. On the way, gathers in `fallback` what
-    /// may answer if the loader fails (`stale_if_error_ms`), and skips the
-    /// loader if it failed on `key` a moment ago and there is a fallback.
-    async fn resolve(&self, key: u64, fallback: &mut Fallback<T>) -> Result<Fetched<T>, Error> {
+    /// Step 3: L2, then the loader; a `refresh`, the loader only. On the
+    /// way, gathers in `fallback` what may answer if the loader fails
+    /// (`stale_if_error_ms`), and skips the loader if it failed on `key` a
+    /// moment ago and there is a fallback.
+    async fn resolve(
+        &self,
+        key: u64,
+        refresh: bool,
+        fallback: &mut Fallback<T>,
+    ) -> Result<Fetched<T>, Error> {
         let stale = self.failsafe.enabled() && self.verified();
         if stale && let Some(dead) = self.rows.stale(key, self.clock.now_ms()) {
             fallback.offer(dead.value.expect("a value"), dead.version);
         }
         let mut over_bad = false;
-        if let Some(tier) = &self.tier {
+        if let Some(tier) = self.tier.as_ref().filter(|_| !refresh) {
             match tier.read(key, &self.counters).await {
                 // A frame older than an applied invalidation is stale (its
                 // conditional drop did not reach L2): load instead.
@@ -1004,6 +1051,8 @@ struct Landing<T: Cached> {
     key: u64,
     token: u64,
     answer: watch::Sender<Answer<T>>,
+    /// A refresh ([`Table::refresh`]): it reads the loader, not L2.
+    refresh: bool,
     /// When it started, if its span or its metrics want its duration:
     /// reading the clock is not free.
     started: Option<Instant>,
@@ -1033,6 +1082,7 @@ impl<T: Cached> Landing<T> {
             key,
             token,
             answer,
+            refresh: false,
             started: timed.then(Instant::now),
             span,
         }
@@ -1054,7 +1104,8 @@ impl<T: Cached> Landing<T> {
         let table = Arc::clone(self.table.as_ref().expect("lands once"));
         // Filled as the flight goes: still there if it times out.
         let mut fallback = Fallback::none();
-        let resolved = AssertUnwindSafe(table.resolve(self.key, &mut fallback)).catch_unwind();
+        let resolved =
+            AssertUnwindSafe(table.resolve(self.key, self.refresh, &mut fallback)).catch_unwind();
         let deadline = table.load_timeout;
         let outcome = match tokio::time::timeout(deadline, resolved).await {
             Ok(Ok(outcome)) => outcome,

@@ -25,6 +25,7 @@ const fn spec(name: &'static str, kind: &'static str) -> TableSpec {
         load_timeout_ms: None,
         lost_grace_ms: 0,
         stale_if_error_ms: 0,
+        refresh_ms: 0,
         coherence: Coherence::Durable,
         placement: crate::Placement::Table,
         eviction: crate::Eviction::Hot,

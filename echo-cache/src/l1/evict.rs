@@ -8,7 +8,7 @@
 
 use std::hash::BuildHasher;
 
-use super::{Array, Rows, SHARDS, Tally, is_row, tombstone};
+use super::{Array, REFRESHING, Rows, SHARDS, Tally, is_row, tombstone};
 use crate::sketch::Sketch;
 use crate::spec::Eviction;
 use crate::sync::Ordering::Relaxed;
@@ -207,13 +207,15 @@ impl<T> Rows<T> {
             if now >= slot.expires_at() {
                 return Victim::dead(i);
             }
-            let mark = marks[i].load(Relaxed);
+            // The refresh bit is no part of the count, and stays.
+            let raw = marks[i].load(Relaxed);
+            let (mark, refreshing) = (raw & !REFRESHING, raw & REFRESHING);
             if mark == READ && steps > 0 {
-                marks[i].store(0, Relaxed);
+                marks[i].store(refreshing, Relaxed);
                 sketch.add(self.hasher.hash_one(slot.key.load(Relaxed)));
                 continue;
             }
-            marks[i].store(passed(mark), Relaxed);
+            marks[i].store(passed(mark) | refreshing, Relaxed);
             break (i, mark);
         };
         let (first, mark) = first;
@@ -235,7 +237,7 @@ impl<T> Rows<T> {
             if seen == SAMPLE || i == first {
                 break;
             }
-            let mark = marks[i].load(Relaxed);
+            let mark = marks[i].load(Relaxed) & !REFRESHING;
             if !is_row(slot.value.load(Relaxed)) || mark == READ {
                 continue;
             }

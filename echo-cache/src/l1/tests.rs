@@ -23,6 +23,7 @@ fn table<T>(max_size: usize, eviction: Eviction) -> Rows<T> {
         load_timeout_ms: None,
         lost_grace_ms: None,
         stale_if_error_ms: None,
+        refresh_ms: None,
         coherence: crate::Coherence::None,
         placement: crate::Placement::Table,
         eviction,
