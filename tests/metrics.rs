@@ -246,6 +246,7 @@ fn mismatches(recorder: &Captured, node: &str, stats: &Stats) -> Vec<String> {
         ("echo_cache_sweeps_total", stats.sweeps),
         ("echo_cache_full_skips_total", stats.full_skips),
         ("echo_cache_evictions_total", stats.evictions),
+        ("echo_cache_refreshes_total", stats.refreshes),
         ("echo_cache_invalidations_total", stats.invalidations),
         ("echo_cache_puts_total", stats.puts),
         ("echo_cache_l2_errors_total", stats.l2_errors),
