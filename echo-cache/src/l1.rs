@@ -249,6 +249,9 @@ struct Shard<T> {
     /// row.
     array: AtomicPtr<Slot<T>>,
     writer: Mutex<Tally>,
+    /// The table's `refresh_ms`, here for readers: on the line of `array`,
+    /// which a hit loads anyway.
+    refresh_ms: u64,
 }
 
 pub(crate) struct Rows<T> {
@@ -540,6 +543,7 @@ impl<T> Rows<T> {
             shards: std::array::from_fn(|_| Shard {
                 array: AtomicPtr::new(ptr::null_mut()),
                 writer: Mutex::new(Tally::default()),
+                refresh_ms: spec.refresh_ms,
             }),
             hasher: Hasher::default(),
             garbage: Garbage::new(),
@@ -614,7 +618,7 @@ impl<T> Rows<T> {
         }
         // With refresh off (0) never true: the row is alive at `now`.
         let refresh =
-            now.saturating_add(self.refresh_ms) >= expires_at && start_refresh(mark, seen);
+            now.saturating_add(shard.refresh_ms) >= expires_at && start_refresh(mark, seen);
         Some(Live {
             value,
             version,
