@@ -758,6 +758,7 @@ fn a_dead_row_stays_for_the_grace_and_no_longer() {
         load_timeout_ms: None,
         lost_grace_ms: None,
         stale_if_error_ms: Some(500),
+        refresh_ms: None,
         coherence: crate::Coherence::None,
         placement: crate::Placement::Table,
         eviction: Eviction::Hot,
