@@ -770,7 +770,7 @@ impl<T: Cached> Table<T> {
             OnLoss::Bypass => self.bypass(),
             OnLoss::Serving => {}
             OnLoss::Serve(generation) => {
-                let (Some(runtime), Some(me)) = (&self.runtime, self.me.upgrade()) else {
+                let Some(runtime) = &self.runtime else {
                     self.grace.over(generation);
                     return self.bypass();
                 };
@@ -780,10 +780,14 @@ impl<T: Cached> Table<T> {
                     "invalidation channel lost: L1 keeps serving, unverified, for the grace"
                 );
                 self.readiness.changed();
-                let grace = Duration::from_millis(self.grace.ms);
+                // A weak handle: a cache dropped meanwhile is not kept alive
+                // for the grace.
+                let (me, grace) = (self.me.clone(), Duration::from_millis(self.grace.ms));
                 runtime.spawn(async move {
                     tokio::time::sleep(grace).await;
-                    me.grace_over(generation);
+                    if let Some(me) = me.upgrade() {
+                        me.grace_over(generation);
+                    }
                 });
             }
         }
