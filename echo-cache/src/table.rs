@@ -313,6 +313,38 @@ impl<T: Cached> Table<T> {
         }
     }
 
+    /// How a miss of `key` meets the flights, counted: answered from L1 (a
+    /// flight landed since the miss), joined to the flight under way, or
+    /// leading a new one (not launched yet).
+    fn join(self: &Arc<Self>, key: u64) -> Joining<T> {
+        let mut sender = None;
+        let joined = self.flights.join(
+            key,
+            || self.hit(key),
+            watch::Receiver::clone,
+            || {
+                let (answer, waiters) = watch::channel(None);
+                sender = Some(answer);
+                (waiters.clone(), waiters)
+            },
+        );
+        match joined {
+            Joined::Cached(hit) => Joining::Cached(hit),
+            Joined::Follower(answer) => {
+                Counters::bump(&self.counters.misses);
+                Counters::bump(&self.counters.coalesced);
+                Joining::Follower(answer)
+            }
+            Joined::Leader(token, answer) => {
+                Counters::bump(&self.counters.misses);
+                Counters::bump(&self.counters.flights);
+                Counters::bump(&self.counters.running);
+                let sender = sender.take().expect("a new flight's sender");
+                Joining::Leader(Landing::new(Arc::clone(self), key, token, sender), answer)
+            }
+        }
+    }
+
     /// Step 2: answers from L1 if a flight landed since the caller's miss,
     /// else joins or starts the flight of `key` and waits for its answer
     /// (at most `timeout`).
@@ -326,30 +358,10 @@ impl<T: Cached> Table<T> {
         let runtime = current
             .or_else(|| self.runtime.clone())
             .ok_or(Error::NoRuntime)?;
-        let mut sender = None;
-        let joined = self.flights.join(
-            key,
-            || self.hit(key),
-            watch::Receiver::clone,
-            || {
-                let (answer, waiters) = watch::channel(None);
-                sender = Some(answer);
-                (waiters.clone(), waiters)
-            },
-        );
-        let (mut answer, flight) = match joined {
-            Joined::Cached(hit) => return hit,
-            Joined::Follower(answer) => {
-                Counters::bump(&self.counters.misses);
-                Counters::bump(&self.counters.coalesced);
-                (answer, None)
-            }
-            Joined::Leader(token, answer) => {
-                Counters::bump(&self.counters.misses);
-                Counters::bump(&self.counters.flights);
-                Counters::bump(&self.counters.running);
-                let sender = sender.take().expect("a new flight's sender");
-                let landing = Landing::new(Arc::clone(&self), key, token, sender);
+        let (mut answer, flight) = match self.join(key) {
+            Joining::Cached(hit) => return hit,
+            Joining::Follower(answer) => (answer, None),
+            Joining::Leader(landing, answer) => {
                 let flight = Detachable::new(landing.launch(), runtime.clone());
                 if in_runtime {
                     (answer, Some(flight))
@@ -1002,6 +1014,13 @@ impl<T: Cached> AnyTable for Table<T> {
     fn into_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync> {
         self
     }
+}
+
+/// What [`Table::join`] made of a miss.
+enum Joining<T: Cached> {
+    Cached(Result<Fetched<T>, Error>),
+    Follower(watch::Receiver<Answer<T>>),
+    Leader(Landing<T>, watch::Receiver<Answer<T>>),
 }
 
 /// A flight driven by the caller that started it, until that caller gives

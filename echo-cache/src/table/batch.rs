@@ -25,16 +25,14 @@ use tokio::runtime::Handle;
 use tokio::sync::watch;
 use tracing::Instrument;
 
-use super::{Answer, Detachable, Landing, Loader, Table, panic_message};
+use super::{Answer, Detachable, Joining, Landing, Loader, Table, panic_message};
 use crate::error::{BoxError, Error};
 use crate::fetched::{Fetched, Source};
-use crate::flight::Joined;
 use crate::id::{Id, RawId};
 use crate::l2::Found;
 use crate::mint::Minter;
 use crate::spec::Cached;
 use crate::stale::Fallback;
-use crate::stats::Counters;
 
 /// A type-erased batch loader of `T`: the values it found, by id.
 pub(crate) type BatchLoader<T> =
@@ -130,30 +128,11 @@ impl<T: Cached> Table<T> {
         let mut waits: Vec<(usize, watch::Receiver<Answer<T>>)> = Vec::new();
         let mut led: Vec<Landing<T>> = Vec::new();
         for (i, &key) in keys.iter().enumerate() {
-            let mut sender = None;
-            let joined = self.flights.join(
-                key,
-                || self.hit(key),
-                watch::Receiver::clone,
-                || {
-                    let (answer, waiters) = watch::channel(None);
-                    sender = Some(answer);
-                    (waiters.clone(), waiters)
-                },
-            );
-            match joined {
-                Joined::Cached(hit) => answers[i] = Some(hit),
-                Joined::Follower(answer) => {
-                    Counters::bump(&self.counters.misses);
-                    Counters::bump(&self.counters.coalesced);
-                    waits.push((i, answer));
-                }
-                Joined::Leader(token, answer) => {
-                    Counters::bump(&self.counters.misses);
-                    Counters::bump(&self.counters.flights);
-                    Counters::bump(&self.counters.running);
-                    let sender = sender.take().expect("a new flight's sender");
-                    led.push(Landing::new(Arc::clone(&self), key, token, sender));
+            match self.join(key) {
+                Joining::Cached(hit) => answers[i] = Some(hit),
+                Joining::Follower(answer) => waits.push((i, answer)),
+                Joining::Leader(landing, answer) => {
+                    led.push(landing);
                     waits.push((i, answer));
                 }
             }
