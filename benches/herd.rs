@@ -145,22 +145,14 @@ impl Herd for Echo {
     }
 
     async fn one(&self) -> Duration {
-        let id = Id::<Entity>::mint();
-        let before = self.calls.total.load(Relaxed);
-        let start = Instant::now();
-        let tasks: Vec<_> = (0..TASKS)
-            .map(|_| {
-                let cache = self.cache.clone();
-                tokio::spawn(async move { cache.fetch(id).await.map(|got| got.into_value()) })
-            })
-            .collect();
-        for task in tasks {
-            let value = task.await.expect("a task ran").expect("a fetch answered");
-            black_box(value);
-        }
-        let elapsed = start.elapsed();
-        self.calls.herd(before);
-        elapsed
+        one_herd(&self.calls, |key| {
+            let cache = self.cache.clone();
+            async move {
+                let fetched = cache.fetch(Id::<Entity>::from_payload(key)).await;
+                fetched.expect("a fetch answered").into_value()
+            }
+        })
+        .await
     }
 }
 
@@ -181,25 +173,14 @@ impl Herd for Moka {
     }
 
     async fn one(&self) -> Duration {
-        let key = Id::<Entity>::mint().payload();
-        let before = self.calls.total.load(Relaxed);
-        let start = Instant::now();
-        let tasks: Vec<_> = (0..TASKS)
-            .map(|_| {
-                let cache = self.cache.clone();
-                let calls = Arc::clone(&self.calls);
-                tokio::spawn(async move {
-                    let init = async { Arc::new(load(&calls, key).await) };
-                    cache.get_with(key, init).await
-                })
-            })
-            .collect();
-        for task in tasks {
-            black_box(task.await.expect("a task ran"));
-        }
-        let elapsed = start.elapsed();
-        self.calls.herd(before);
-        elapsed
+        one_herd(&self.calls, |key| {
+            let (cache, calls) = (self.cache.clone(), Arc::clone(&self.calls));
+            async move {
+                let init = async { Arc::new(load(&calls, key).await) };
+                cache.get_with(key, init).await
+            }
+        })
+        .await
     }
 }
 
@@ -224,26 +205,39 @@ impl Herd for Quick {
     }
 
     async fn one(&self) -> Duration {
-        let key = Id::<Entity>::mint().payload();
-        let before = self.calls.total.load(Relaxed);
-        let start = Instant::now();
-        let tasks: Vec<_> = (0..TASKS)
-            .map(|_| {
-                let cache = Arc::clone(&self.cache);
-                let calls = Arc::clone(&self.calls);
-                tokio::spawn(async move {
-                    let init = async { Ok::<_, ()>(Arc::new(load(&calls, key).await)) };
-                    cache.get_or_insert_async(&key, init).await
-                })
-            })
-            .collect();
-        for task in tasks {
-            black_box(task.await.expect("a task ran").expect("a value"));
-        }
-        let elapsed = start.elapsed();
-        self.calls.herd(before);
-        elapsed
+        one_herd(&self.calls, |key| {
+            let (cache, calls) = (Arc::clone(&self.cache), Arc::clone(&self.calls));
+            async move {
+                let init = async { Ok::<_, ()>(Arc::new(load(&calls, key).await)) };
+                cache
+                    .get_or_insert_async(&key, init)
+                    .await
+                    .expect("a value")
+            }
+        })
+        .await
     }
+}
+
+/// One herd: [`TASKS`] tasks spawned at once, each the read `read` makes of
+/// one fresh key; timed from the first spawn to the last answer, its
+/// loader calls recorded in `calls`.
+async fn one_herd<F, Fut>(calls: &Calls, read: F) -> Duration
+where
+    F: Fn(u64) -> Fut,
+    Fut: Future + Send + 'static,
+    Fut::Output: Send + 'static,
+{
+    let key = Id::<Entity>::mint().payload();
+    let before = calls.total.load(Relaxed);
+    let start = Instant::now();
+    let tasks: Vec<_> = (0..TASKS).map(|_| tokio::spawn(read(key))).collect();
+    for task in tasks {
+        black_box(task.await.expect("a task ran"));
+    }
+    let elapsed = start.elapsed();
+    calls.herd(before);
+    elapsed
 }
 
 /// `herds` herds in a row, their total time.
