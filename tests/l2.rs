@@ -70,7 +70,7 @@ async fn a_second_node_reads_what_the_first_filled_from_l2() {
 }
 
 #[tokio::test]
-async fn the_frame_is_a_version_then_the_payload_with_a_jittered_pttl() {
+async fn the_frame_is_a_version_then_the_payload_with_a_jittered_expiry() {
     let server = RedisServer::start();
     let (cache, _) = node(&server);
     let id = Id::<Game>::mint();
@@ -87,6 +87,19 @@ async fn the_frame_is_a_version_then_the_payload_with_a_jittered_pttl() {
     assert!(
         (50_000..=66_000).contains(&pttl),
         "PTTL {pttl} outside the band"
+    );
+    // Then the schema stamp (8 bytes) and the frame's logical expiry: the
+    // same band, in Unix milliseconds.
+    let at = echo_cache::ID_LEN + 8;
+    let expiry = u64::from_be_bytes(frame[at..at + 8].try_into().unwrap());
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis();
+    let left = i128::from(expiry) - i128::try_from(now).unwrap();
+    assert!(
+        (50_000..=66_000).contains(&left),
+        "expiry {left} ms away: outside the band"
     );
 }
 
@@ -111,8 +124,8 @@ async fn filled(server: &RedisServer) -> (Id<Game>, Vec<u8>, MultiplexedConnecti
 }
 
 /// A fresh node's fetch of `id` refills from the loader, counts a decode
-/// error, and writes back a good frame: `frame`'s body, at the refill's
-/// version.
+/// error, and writes back a good frame: `frame`'s schema stamp and body,
+/// at the refill's version (and with the refill's expiry).
 async fn refills(server: &RedisServer, id: Id<Game>, frame: &[u8]) {
     let (reader, calls) = node(server);
     let fetched = reader.fetch(id).await.unwrap();
@@ -122,13 +135,13 @@ async fn refills(server: &RedisServer, id: Id<Game>, frame: &[u8]) {
     assert_eq!(reader.stats::<Game>().decode_errors, 1);
     let mut raw = server.connection().await;
     let rewritten: Vec<u8> = raw.get(key(id)).await.unwrap();
-    let (version, body) = rewritten.split_at(echo_cache::ID_LEN);
+    // version (14 bytes) ++ schema (8) ++ expiry (8) ++ body
+    let (version, rest) = rewritten.split_at(echo_cache::ID_LEN);
+    let (schema, body) = (&rest[..8], &rest[16..]);
+    let (_, good) = frame.split_at(echo_cache::ID_LEN);
     assert_eq!(
-        (version, body),
-        (
-            &fetched.version().to_bytes()[..],
-            &frame[echo_cache::ID_LEN..]
-        ),
+        (version, schema, body),
+        (&fetched.version().to_bytes()[..], &good[..8], &good[16..]),
         "the refill wrote a good frame back"
     );
 }

@@ -687,6 +687,62 @@ impl Builder {
         self
     }
 
+    /// Sets the loader of `T`, like [`loader`](Self::loader), for values
+    /// that know how long they may live: a session's remaining lifetime, a
+    /// token's expiry. `Ok(Some((value, ttl)))`: the value's L1 row and its
+    /// L2 key (`PX`) live at most `ttl`, and no longer than the declared
+    /// `ttl_ms` (a longer `ttl` is capped, and jittered as `ttl_ms` is).
+    /// A `ttl` shorter than `ttl_ms` is a deadline: it is jittered down
+    /// only, from `ttl − ttl·jitter` to `ttl`, so a cohort given one
+    /// deadline does not die together, and none outlives it. A row read
+    /// back from L2 lives no longer than what is left of its frame.
+    ///
+    /// A row whose whole life is within the table's `refresh_ms` is not
+    /// refreshed ahead ([Refresh-ahead](crate#refresh-ahead)).
+    /// The attribute's `loader = ...` takes a plain loader only: give a
+    /// loader of values with TTLs here.
+    ///
+    /// ```standalone_crate
+    /// use std::time::Duration;
+    /// use echo_cache::{near_cache, Cache, Clock, Id, Source};
+    ///
+    /// #[near_cache(kind = "SES", ttl_ms = 3_600_000, jitter = 0.0)]
+    /// #[derive(serde::Serialize, serde::Deserialize)]
+    /// struct Session { user: String }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), echo_cache::Error> {
+    /// let clock = Clock::manual();
+    /// let cache = Cache::builder()
+    ///     .clock(clock.clone())
+    ///     .loader_with_ttl(|_: Id<Session>| async {
+    ///         // This session ends in 5 minutes: cache it no longer.
+    ///         let session = Session { user: "ada".into() };
+    ///         Ok::<_, std::io::Error>(Some((session, Duration::from_secs(300))))
+    ///     })
+    ///     .build()?;
+    /// let id = Id::<Session>::mint();
+    /// cache.fetch(id).await?;
+    /// clock.advance(Duration::from_secs(299));
+    /// assert_eq!(cache.fetch(id).await?.source(), Source::Hit);
+    /// clock.advance(Duration::from_secs(1)); // its 5 minutes are up
+    /// assert_eq!(cache.fetch(id).await?.source(), Source::Fill);
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn loader_with_ttl<T, F, Fut, E>(mut self, load: F) -> Builder
+    where
+        T: Cached,
+        F: Fn(Id<T>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Option<(T, Duration)>, E>> + Send + 'static,
+        E: Into<BoxError> + 'static,
+    {
+        let loader: Option<Loader<T>> = Some(table::loader_with_ttl(load));
+        self.loaders.insert(TypeId::of::<T>(), Box::new(loader));
+        self
+    }
+
     /// Sets the batch loader of `T`: the system of record, asked once for
     /// all the ids a [`Cache::fetch_many`] could not answer from L1, a
     /// flight or L2 (a `WHERE id = ANY($1)` query, say). It answers the

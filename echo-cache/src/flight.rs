@@ -164,7 +164,9 @@ mod model {
 
             let fills = [(); 2].map(|()| {
                 let (flights, db, l1) = (flights.clone(), db.clone(), l1.clone());
-                loom::thread::spawn(move || drop(fill(&flights, &db, &l1)))
+                loom::thread::spawn(move || {
+                    fill(&flights, &db, &l1);
+                })
             });
             db.store(2, Ordering::SeqCst);
             flights.overtake(7, || *l1.lock().unwrap() = None);

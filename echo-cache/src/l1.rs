@@ -138,6 +138,10 @@ pub(crate) struct Row<T> {
     pub(crate) value: Option<Arc<T>>,
     pub(crate) version: u64,
     pub(crate) expires_at: u64,
+    /// Whether a read may start its refresh once it is due (`refresh_ms`):
+    /// not an absence, nor a value whose loader gave it a whole life within
+    /// `refresh_ms`, which would be due at once, every time.
+    pub(crate) refreshable: bool,
 }
 
 /// What a live row holds.
@@ -627,13 +631,14 @@ impl<T> Rows<T> {
     }
 
     /// The mark a new row starts with: [`REFRESHING`] if it is not to be
-    /// refreshed (an absence, or a row whose whole life is within
-    /// `refresh_ms`, so it would be due at once), else none.
-    fn refresh_mark(&self, row: &Row<T>, now: u64) -> u8 {
+    /// refreshed ([`Row::refreshable`]), else none.
+    fn refresh_mark(&self, row: &Row<T>) -> u8 {
         // Refresh off: no read finds a row due, whatever its mark.
-        let refreshed = self.refresh_ms == 0
-            || (row.value.is_some() && row.expires_at.saturating_sub(now) > self.refresh_ms);
-        if refreshed { 0 } else { REFRESHING }
+        if self.refresh_ms == 0 || row.refreshable {
+            0
+        } else {
+            REFRESHING
+        }
     }
 
     /// The value of `key` if its row died at most the grace before `now`
@@ -731,7 +736,7 @@ impl<T> Rows<T> {
                 // new row's refresh is not started.
                 let mark = &array.marks()[i];
                 mark.store(
-                    (mark.load(Relaxed) & !REFRESHING) | self.refresh_mark(&row, now),
+                    (mark.load(Relaxed) & !REFRESHING) | self.refresh_mark(&row),
                     Relaxed,
                 );
                 slot.write(into_raw(row.value), row.version, row.expires_at);
@@ -746,7 +751,7 @@ impl<T> Rows<T> {
         }
         if let (Some(array), Some(i)) = (&array, found) {
             // The key's own tombstone.
-            array.marks()[i].store(self.refresh_mark(&row, now), Relaxed);
+            array.marks()[i].store(self.refresh_mark(&row), Relaxed);
             array.slots()[i].write(into_raw(row.value), row.version, row.expires_at);
             tally.rows += 1;
             return Insert::Kept;
@@ -761,7 +766,7 @@ impl<T> Rows<T> {
         };
         let (slot, i) = array.probe_index(key, hash);
         // A slot claimed now was empty, its mark unset.
-        let mark = self.refresh_mark(&row, now);
+        let mark = self.refresh_mark(&row);
         if mark != 0 {
             array.marks()[i].store(mark, Relaxed);
         }
@@ -999,6 +1004,21 @@ pub(crate) fn expiry(now: u64, ttl_ms: u64, jitter: f64) -> u64 {
         fastrand::u64(ttl_ms - spread..=ttl_ms + spread)
     };
     now.saturating_add(lifetime)
+}
+
+/// When a row inserted at `now` dies, if it must die within `within_ms`
+/// (a TTL its loader gave, or what is left of the L2 frame it was read
+/// from; `u64::MAX` for no bound): as [`expiry`] draws it if that bound is
+/// not shorter than `ttl_ms`, but never past the bound; else uniform in
+/// `within − within·jitter ..= within`: a bound is a deadline, so it is
+/// jittered down only, and a cohort given one deadline still does not die
+/// together.
+pub(crate) fn expiry_within(now: u64, ttl_ms: u64, jitter: f64, within_ms: u64) -> u64 {
+    if within_ms >= ttl_ms {
+        return expiry(now, ttl_ms, jitter).min(now.saturating_add(within_ms));
+    }
+    let spread = spread(within_ms, jitter);
+    now.saturating_add(fastrand::u64(within_ms - spread..=within_ms))
 }
 
 /// The shortest lifetime [`expiry`] draws.

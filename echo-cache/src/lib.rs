@@ -92,6 +92,12 @@
 //!   connection pool, say. It overrides the declared one, in that cache
 //!   only (a test can replace a declared loader this way).
 //!
+//! A value may come with its own TTL, shorter than the table's (a
+//! session's remaining lifetime): a loader given with
+//! [`Builder::loader_with_ttl`] answers `Ok(Some((value, ttl)))`, and the
+//! value's L1 row and L2 key live no longer than `ttl`, on every node that
+//! reads it.
+//!
 //! Every declared table is in every cache, and [`Builder::build`] refuses a
 //! cache in which a table has neither ([`Error::MissingLoader`], naming the
 //! tables): a table that cannot load is found at start-up, not at its
@@ -167,8 +173,9 @@
 //! - If it fails (a loader error, a timeout, "not found" with no
 //!   `absent_ttl_ms`), the row is left to die at its expiry, and the next
 //!   fetch after that misses as it would have; it is not tried again.
-//! - Rows whose whole life is within `refresh_ms` (a remembered absence)
-//!   are not refreshed.
+//! - Rows whose whole life is within `refresh_ms` (a remembered absence, a
+//!   value whose loader gave it a shorter TTL: see
+//!   [`Builder::loader_with_ttl`]) are not refreshed.
 //!
 //! Counted in [`Stats::refreshes`]; each refresh's outcome is counted like a
 //! flight's ([`Stats::fills`], [`Stats::load_errors`], ...).
@@ -273,9 +280,13 @@
 //!
 //! - **Keys**: `ecc:{<table>}:<id>` ([`keyspace`]): the `{<table>}` hashtag
 //!   keeps a table's keys on one cluster slot.
-//! - **Frames**: `version (14 bytes) ++ schema (8 bytes) ++ body`, written
-//!   through one server-side script with a jittered TTL (the server's
-//!   clock expires L2). A fill mints its version before it reads the system
+//! - **Frames**: `version (14 bytes) ++ schema (8 bytes) ++ expiry (8
+//!   bytes) ++ body`, written through one server-side script with a
+//!   jittered TTL (the server's clock expires L2). The expiry is the same
+//!   TTL on the writer's wall clock: a row read from a frame lives no
+//!   longer than the frame, so a value is not served past the TTL it was
+//!   written with, on any node (give or take the nodes' clock skew). A
+//!   fill mints its version before it reads the system
 //!   of record, and [`Cache::put`] and [`Cache::invalidate`] mint one for
 //!   the write: the script never lets an older version overwrite a newer
 //!   frame or an invalidation's tombstone, in every coherence mode.
@@ -283,8 +294,9 @@
 //!   compact, maintained serde format with a stable 1.x wire format;
 //!   bincode is unmaintained). The schema stamp folds the declared struct's
 //!   fingerprint (computed by the attribute from its fields and `#[serde]`
-//!   attributes) with the codec's name: a frame written by a build whose
-//!   struct or codec differs is never decoded; it is a miss that refills.
+//!   attributes) with the codec's name and the frame layout: a frame
+//!   written by a build whose struct, codec or layout differs is never
+//!   decoded; it is a miss that refills.
 //! - **Bad data**: a short frame, a malformed version, another schema or an
 //!   undecodable body is a miss that refills, counted in
 //!   [`Stats::decode_errors`], with a rate-limited `tracing` warning.
@@ -476,8 +488,8 @@
 //! - **Where the value comes from.** L1 keeps a dead row for the grace
 //!   (the sweeper reclaims it after; a full table takes dead rows first,
 //!   grace or not), and L2 keeps a frame for its TTL plus the grace
-//!   (`PX = ttl + grace`), each frame carrying its logical expiry (on the
-//!   writer's wall clock). Past its expiry either is a miss, as without the
+//!   (`PX = ttl + grace`), past the logical expiry it carries (on the
+//!   writer's wall clock: see [L2](#l2)). Past its expiry either is a miss, as without the
 //!   grace: a hit never answers an expired row, and costs what it did. The
 //!   newer of the two answers; a stale value is served, never installed.
 //! - **Never after an invalidation.** An invalidation (this node's, another

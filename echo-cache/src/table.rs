@@ -64,10 +64,14 @@ mod batch;
 
 pub(crate) use batch::{BatchLoader, batch_loader};
 
-/// A type-erased loader of `T`.
+/// A type-erased loader of `T`: the value found, and how long it may live
+/// if the loader says ([`Builder::loader_with_ttl`](crate::Builder::loader_with_ttl)).
 #[doc(hidden)]
-pub type Loader<T> =
-    Arc<dyn Fn(Id<T>) -> BoxFuture<'static, Result<Option<T>, BoxError>> + Send + Sync>;
+pub type Loader<T> = Arc<
+    dyn Fn(Id<T>) -> BoxFuture<'static, Result<Option<(T, Option<Duration>)>, BoxError>>
+        + Send
+        + Sync,
+>;
 
 /// `load` as a [`Loader<T>`]: its future and its error boxed. Used by
 /// [`Builder::loader`](crate::Builder::loader) and by the loader a
@@ -80,7 +84,25 @@ where
     Fut: Future<Output = Result<Option<T>, E>> + Send + 'static,
     E: Into<BoxError> + 'static,
 {
-    Arc::new(move |id| load(id).map(|r| r.map_err(Into::into)).boxed())
+    Arc::new(move |id| {
+        let found = load(id).map(|r| r.map(|found| found.map(|value| (value, None))));
+        found.map(|r| r.map_err(Into::into)).boxed()
+    })
+}
+
+/// `load`, whose values come with their TTLs, as a [`Loader<T>`]. Used by
+/// [`Builder::loader_with_ttl`](crate::Builder::loader_with_ttl).
+pub(crate) fn loader_with_ttl<T, F, Fut, E>(load: F) -> Loader<T>
+where
+    T: Cached,
+    F: Fn(Id<T>) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<Option<(T, Duration)>, E>> + Send + 'static,
+    E: Into<BoxError> + 'static,
+{
+    Arc::new(move |id| {
+        let found = load(id).map(|r| r.map(|found| found.map(|(value, ttl)| (value, Some(ttl)))));
+        found.map(|r| r.map_err(Into::into)).boxed()
+    })
 }
 
 /// What a flight answers: `None` until it lands.
@@ -127,7 +149,6 @@ impl Shared {
     }
 }
 
-/// The operations of a table that do not depend on its type.
 /// The operations of a table that do not depend on its type; those the
 /// coherence lanes use are [`Target`]'s.
 pub(crate) trait AnyTable: Target {
@@ -430,9 +451,11 @@ impl<T: Cached> Table<T> {
             match tier.read(key, &self.counters).await {
                 // A frame older than an applied invalidation is stale (its
                 // conditional drop did not reach L2): load instead.
-                Found::Value(version, value) if !self.applied.overtakes(key, version.payload()) => {
-                    let value = Arc::new(value);
-                    return Ok(Fetched::new(value, Source::L2, version.payload()));
+                Found::Value(version, value, left_ms)
+                    if !self.applied.overtakes(key, version.payload()) =>
+                {
+                    let fetched = Fetched::new(Arc::new(value), Source::L2, version.payload());
+                    return Ok(fetched.living_at_most(left_ms));
                 }
                 Found::Expired(version, value)
                     if stale && !self.applied.overtakes(key, version.payload()) =>
@@ -464,7 +487,12 @@ impl<T: Cached> Table<T> {
         // it is there (every mode, `none` included).
         let version = Minter::global().mint_raw(T::KIND);
         match loader(Id::from_payload(key)).await {
-            Ok(Some(value)) => Ok(self.fill(key, &version, value, over_bad).await),
+            Ok(Some((value, ttl))) => {
+                let life_ms = ttl.map_or(u64::MAX, |ttl| {
+                    u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX)
+                });
+                Ok(self.fill(key, &version, value, life_ms, over_bad).await)
+            }
             Ok(None) => Err(self.not_found(key)),
             Err(source) => Err(Error::Load {
                 table: self.spec.name,
@@ -473,16 +501,25 @@ impl<T: Cached> Table<T> {
         }
     }
 
-    /// A loaded `value`, minted `version` before the load: written to L2,
-    /// answered as a fill.
-    async fn fill(&self, key: u64, version: &RawId, value: T, over_bad: bool) -> Fetched<T> {
+    /// A loaded `value`, minted `version` before the load, living at most
+    /// `life_ms` (`u64::MAX`: as the table says): written to L2, answered
+    /// as a fill.
+    async fn fill(
+        &self,
+        key: u64,
+        version: &RawId,
+        value: T,
+        life_ms: u64,
+        over_bad: bool,
+    ) -> Fetched<T> {
         if let Some(tier) = &self.tier {
             // A fill the server did not take is only a lost chance to share
             // it (counted): nothing to deliver later.
-            let (write, ttl_ms) = (Write::Fill { over_bad }, self.l2_ttl_ms());
+            let (write, ttl_ms) = (Write::Fill { over_bad }, self.l2_ttl_ms(life_ms));
             let _ = (tier.write(key, version, &value, ttl_ms, write, &self.counters)).await;
         }
-        Fetched::new(Arc::new(value), Source::Fill, version.payload())
+        let fetched = Fetched::new(Arc::new(value), Source::Fill, version.payload());
+        fetched.living_at_most(life_ms)
     }
 
     /// Step 4: installs the outcome unless overtaken, answers every waiter;
@@ -501,13 +538,17 @@ impl<T: Cached> Table<T> {
             self.failsafe.landed(key, now, &outcome);
         }
         let row = match &outcome {
-            Ok(fetched) => Some(self.row(
-                Some(Arc::clone(fetched.value())),
-                fetched.version().payload(),
-                now,
-            )),
+            Ok(fetched) => {
+                let value = Some(Arc::clone(fetched.value()));
+                let version = fetched.version().payload();
+                let mut row = self.row(value, version, now, fetched.life_ms());
+                // What is left of an L2 frame is not its whole life: a row
+                // read late in it is refreshed as any other.
+                row.refreshable |= fetched.source() == Source::L2;
+                Some(row)
+            }
             Err(Error::NotFound { .. }) if self.spec.absent_ttl_ms > 0 => {
-                Some(self.row(None, key, now))
+                Some(self.row(None, key, now, u64::MAX))
             }
             _ => None,
         };
@@ -563,17 +604,19 @@ impl<T: Cached> Table<T> {
     }
 
     /// A row of `value` (or of an absence) at `version`, inserted at `now`:
-    /// it dies a jittered TTL later (the absence TTL for an absence).
-    fn row(&self, value: Option<Arc<T>>, version: u64, now: u64) -> Row<T> {
+    /// it dies a jittered TTL later (the absence TTL for an absence), and
+    /// within `life_ms` (see [`l1::expiry_within`]), its whole life.
+    fn row(&self, value: Option<Arc<T>>, version: u64, now: u64, life_ms: u64) -> Row<T> {
         let ttl_ms = if value.is_some() {
             self.spec.ttl_ms
         } else {
             self.spec.absent_ttl_ms
         };
         Row {
+            refreshable: value.is_some() && life_ms > self.spec.refresh_ms,
             value,
             version,
-            expires_at: l1::expiry(now, ttl_ms, self.spec.jitter),
+            expires_at: l1::expiry_within(now, ttl_ms, self.spec.jitter, life_ms),
         }
     }
 
@@ -610,7 +653,7 @@ impl<T: Cached> Table<T> {
         }
         let stored = match &self.tier {
             Some(tier) => {
-                let ttl_ms = self.l2_ttl_ms();
+                let ttl_ms = self.l2_ttl_ms(u64::MAX);
                 let counters = &self.counters;
                 (tier
                     .write(key, &version, &value, ttl_ms, Write::Put, counters)
@@ -620,7 +663,7 @@ impl<T: Cached> Table<T> {
             None => true,
         };
         let now = self.clock.now_ms();
-        let row = self.row(Some(Arc::new(value)), version.payload(), now);
+        let row = self.row(Some(Arc::new(value)), version.payload(), now, u64::MAX);
         self.rows.make_room(now);
         let declined = self.flights.overtake(key, || {
             self.rows.remove_older(key, None);
@@ -913,9 +956,10 @@ impl<T: Cached> Table<T> {
             .snapshot(self.hits.sum(), self.rows.len(), self.rows.evictions())
     }
 
-    /// A jittered L2 lifetime; the server's clock expires the key.
-    fn l2_ttl_ms(&self) -> u64 {
-        l1::expiry(0, self.spec.ttl_ms, self.spec.jitter)
+    /// A jittered L2 lifetime, within `life_ms` (see
+    /// [`l1::expiry_within`]); the server's clock expires the key.
+    fn l2_ttl_ms(&self, life_ms: u64) -> u64 {
+        l1::expiry_within(0, self.spec.ttl_ms, self.spec.jitter, life_ms)
     }
 
     fn not_found(&self, key: u64) -> Error {

@@ -38,6 +38,7 @@ fn row(value: u64, version: u64, expires_at: u64) -> Row<u64> {
         value: Some(Arc::new(value)),
         version,
         expires_at,
+        refreshable: true,
     }
 }
 
@@ -121,6 +122,7 @@ fn a_remembered_absence_reads_as_a_live_row_without_a_value() {
         value: None,
         version: 4,
         expires_at: 100,
+        refreshable: false,
     };
     assert!(rows.insert(9, absent, 0).is_ok());
     assert_eq!(read(&rows, 9, 0), Some((None, 4)));
@@ -158,6 +160,7 @@ fn removed_values_are_dropped_once_no_reader_can_hold_them() {
             value: Some(Arc::clone(value)),
             version: 1,
             expires_at: 100,
+            refreshable: true,
         };
         assert!(rows.insert(key, row, 0).is_ok());
     }
@@ -395,6 +398,7 @@ fn readers_see_whole_rows_while_writers_rewrite_and_free_them() {
                                 value: Some(Arc::new(Word::new(key, version, drops))),
                                 version,
                                 expires_at: if version % 2 == 1 { 1 } else { 100 },
+                                refreshable: true,
                             };
                             assert!(rows.insert(key, row, 0).is_ok(), "no size bound");
                         }
@@ -450,6 +454,7 @@ fn readers_see_whole_rows_while_a_full_table_evicts() {
                         value: Some(Arc::new(Word::new(key, n + 1, drops))),
                         version: n + 1,
                         expires_at: 100,
+                        refreshable: true,
                     };
                     drop(rows.insert(key, row, 0));
                     assert!(rows.len() <= 32);
@@ -489,6 +494,7 @@ fn a_rebuild_frees_the_old_array_once_the_reader_pinned_on_it_unpins() {
         value: None::<Arc<u64>>,
         version: 1,
         expires_at: 100,
+        refreshable: false,
     };
     let rows = rows(usize::MAX);
     let shard = rows.locate(0).0;
@@ -552,6 +558,27 @@ fn expiries_fall_inside_the_band_and_spread() {
     assert_eq!(expiry(1_000, 600_000, 0.0), 601_000);
 }
 
+#[test]
+fn a_bounded_life_is_a_deadline_jittered_down_only() {
+    let draws = if cfg!(miri) { 200 } else { 10_000 };
+    // Shorter than the TTL: within `within - within·jitter ..= within`.
+    let short: Vec<u64> = (0..draws)
+        .map(|_| expiry_within(1_000, 600_000, 0.1, 300_000))
+        .collect();
+    assert!(short.iter().all(|e| (271_000..=301_000).contains(e)));
+    assert!(short.iter().any(|&e| e != short[0]));
+    // Not shorter: the TTL's band, cut at the bound.
+    let long: Vec<u64> = (0..draws)
+        .map(|_| expiry_within(1_000, 600_000, 0.1, 620_000))
+        .collect();
+    assert!(long.iter().all(|e| (541_000..=621_000).contains(e)));
+    assert!(
+        long.contains(&621_000),
+        "draws past the bound are cut to it"
+    );
+    assert_eq!(expiry_within(1_000, 600_000, 0.0, u64::MAX), 601_000);
+}
+
 /// Loom models of the table through its own code: a reader against
 /// writes that retire what it reads and collections that free it, in
 /// every interleaving. Loom fails a model when a free is not ordered
@@ -592,6 +619,7 @@ mod model {
             value: Some(Arc::new(word)),
             version,
             expires_at,
+            refreshable: true,
         }
     }
 
@@ -601,6 +629,7 @@ mod model {
             value: None,
             version,
             expires_at: 100,
+            refreshable: false,
         }
     }
 

@@ -1,4 +1,5 @@
-//! The L2 frame: `version (14 bytes) ++ schema (8 bytes) ++ body`.
+//! The L2 frame: `version (14 bytes) ++ schema (8 bytes) ++ expiry (8
+//! bytes) ++ body`.
 //!
 //! A tombstone, left by an invalidation of a versioned table, is the bare
 //! version: 14 bytes. It reads as a miss, and keeps older fills out (see
@@ -7,21 +8,27 @@
 //! The version is the value's id-shaped version, in its 14 ASCII bytes, so
 //! server-side scripts can compare versions with plain byte comparison. The
 //! schema stamp (big-endian) is the declared struct's fingerprint folded
-//! with the codec's name: a frame written by a build whose struct or codec
-//! differs is refused before a byte of the body is decoded.
+//! with the codec's name and this layout's: a frame written by a build whose
+//! struct, codec or frame layout differs is refused before a byte of the
+//! body is decoded.
 //!
-//! A table that serves stale values (`stale_if_error_ms`) keeps its frames
-//! in L2 for the grace past their TTL, so each body starts with the
-//! frame's logical expiry: 8 bytes, big-endian milliseconds since the Unix
-//! epoch on the writer's clock. Past it the frame is a miss, except as the
-//! stale fallback of a failed load. Its schema stamp is folded with
-//! [`EXPIRING`], so a build with the grace and one without refuse each
-//! other's frames (a refill) rather than misread them.
+//! The expiry is the frame's logical expiry: big-endian milliseconds since
+//! the Unix epoch on the writer's clock. The server expires the key at the
+//! same time (`PX`), or a table's grace later (`stale_if_error_ms`); past
+//! it the frame is a miss, except as the stale fallback of a failed load.
+//! A row read from a frame lives no longer than the frame: a value is not
+//! served past the TTL it was written with (a loader's own, say: see
+//! [`Builder::loader_with_ttl`](crate::Builder::loader_with_ttl)), give or
+//! take the skew between the writer's clock and the reader's.
 
 use crate::id::{ID_LEN, Kind, RawId};
 
 /// Bytes before the body.
-pub(crate) const HEADER: usize = ID_LEN + 8;
+pub(crate) const HEADER: usize = ID_LEN + 8 + 8;
+
+/// The layout, folded into every schema stamp: frames of an older layout
+/// (without the expiry) are refused, not misread.
+const LAYOUT: &str = "+expiry";
 
 /// Why a frame is not a value of this table.
 #[derive(Debug)]
@@ -38,52 +45,32 @@ impl std::fmt::Display for FrameError {
                 write!(f, "a frame of {len} bytes is shorter than its header")
             }
             FrameError::Version => f.write_str("the version is not an id of this table's kind"),
-            FrameError::Schema => f.write_str("written by a build with another struct or codec"),
+            FrameError::Schema => {
+                f.write_str("written by a build with another struct, codec or frame layout")
+            }
         }
     }
 }
 
-/// The schema stamp of a table: its struct's fingerprint and its codec.
+/// The schema stamp of a table: its struct's fingerprint, its codec and
+/// the frame layout.
 pub(crate) fn schema(fingerprint: u64, codec: &str) -> u64 {
-    // FNV-1a over the codec name, seeded with the fingerprint.
+    // FNV-1a over the codec name and the layout, seeded with the fingerprint.
     codec
         .bytes()
+        .chain(LAYOUT.bytes())
         .fold(fingerprint ^ 0xcbf2_9ce4_8422_2325, |hash, byte| {
             (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
         })
 }
 
-/// Folded into the schema stamp of a table whose bodies start with their
-/// expiry.
-pub(crate) const EXPIRING: &str = "+expiry";
-
-/// Bytes of a body's expiry.
-const EXPIRY: usize = 8;
-
-/// `body` prefixed with its logical expiry (Unix milliseconds).
-pub(crate) fn with_expiry(expires_unix_ms: u64, body: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(EXPIRY + body.len());
-    out.extend_from_slice(&expires_unix_ms.to_be_bytes());
-    out.extend_from_slice(body);
-    out
-}
-
-/// The logical expiry of a body written by [`with_expiry`], and the rest.
-pub(crate) fn split_expiry(body: &[u8]) -> Result<(u64, &[u8]), FrameError> {
-    if body.len() < EXPIRY {
-        return Err(FrameError::Short(HEADER + body.len()));
-    }
-    let (expiry, rest) = body.split_at(EXPIRY);
-    Ok((
-        u64::from_be_bytes(expiry.try_into().expect("8 bytes")),
-        rest,
-    ))
-}
-
-pub(crate) fn encode(version: &RawId, schema: u64, body: &[u8]) -> Vec<u8> {
+/// The frame of `body` at `version`, logically expiring at
+/// `expires_unix_ms`.
+pub(crate) fn encode(version: &RawId, schema: u64, expires_unix_ms: u64, body: &[u8]) -> Vec<u8> {
     let mut frame = Vec::with_capacity(HEADER + body.len());
     frame.extend_from_slice(&version.to_bytes());
     frame.extend_from_slice(&schema.to_be_bytes());
+    frame.extend_from_slice(&expires_unix_ms.to_be_bytes());
     frame.extend_from_slice(body);
     frame
 }
@@ -91,8 +78,9 @@ pub(crate) fn encode(version: &RawId, schema: u64, body: &[u8]) -> Vec<u8> {
 /// What an L2 value holds.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Frame<'a> {
-    /// A value of this table and its version.
-    Value(RawId, &'a [u8]),
+    /// A value of this table: its version, its logical expiry (Unix
+    /// milliseconds) and its body.
+    Value(RawId, u64, &'a [u8]),
     /// The tombstone of an invalidation at this version.
     Tombstone(RawId),
 }
@@ -109,11 +97,11 @@ pub(crate) fn decode(frame: &[u8], kind: Kind, schema: u64) -> Result<Frame<'_>,
     if frame.len() == ID_LEN {
         return Ok(Frame::Tombstone(version));
     }
-    let stamp = u64::from_be_bytes(frame[ID_LEN..HEADER].try_into().expect("8 bytes"));
-    if stamp != schema {
+    let word = |at: usize| u64::from_be_bytes(frame[at..at + 8].try_into().expect("8 bytes"));
+    if word(ID_LEN) != schema {
         return Err(FrameError::Schema);
     }
-    Ok(Frame::Value(version, &frame[HEADER..]))
+    Ok(Frame::Value(version, word(ID_LEN + 8), &frame[HEADER..]))
 }
 
 #[cfg(test)]
@@ -124,10 +112,10 @@ mod tests {
     fn frames_round_trip_and_refuse_what_is_not_theirs() {
         let kind = Kind::new("GAM");
         let version = RawId::new(kind, 42);
-        let frame = encode(&version, 7, b"body");
+        let frame = encode(&version, 7, 1_234, b"body");
         assert_eq!(
             decode(&frame, kind, 7).unwrap(),
-            Frame::Value(version, b"body")
+            Frame::Value(version, 1_234, b"body")
         );
         assert_eq!(
             decode(&version.to_bytes(), kind, 7).unwrap(),
@@ -146,13 +134,5 @@ mod tests {
         bad[5] = b'-';
         assert!(matches!(decode(&bad, kind, 7), Err(FrameError::Version)));
         assert_ne!(schema(1, "postcard-1"), schema(1, "json"));
-    }
-
-    #[test]
-    fn an_expiring_body_carries_its_expiry() {
-        let body = with_expiry(1_234, b"body");
-        assert_eq!(split_expiry(&body).unwrap(), (1_234, &b"body"[..]));
-        assert!(matches!(split_expiry(b"short"), Err(FrameError::Short(_))));
-        assert_ne!(schema(1, "postcard-1"), schema(1, "postcard-1+expiry"));
     }
 }

@@ -50,8 +50,8 @@ pub(crate) struct Tier<T> {
     schema: u64,
     max_value_bytes: usize,
     tombstone_ttl: Duration,
-    /// `stale_if_error_ms`: frames outlive their TTL by it, their bodies
-    /// prefixed with their logical expiry (see [`frame`]). 0: plain frames.
+    /// `stale_if_error_ms`: frames outlive their logical expiry by it (see
+    /// [`frame`]).
     grace_ms: u64,
     read_warning: Warning,
     write_warning: Warning,
@@ -84,8 +84,9 @@ pub(crate) enum Found<T> {
     Nothing,
     /// A frame that is not a value of this table (counted and logged).
     Bad,
-    /// A value and its version.
-    Value(RawId, T),
+    /// A value, its version, and what is left of its life in milliseconds
+    /// (the frame's logical expiry, less now): its L1 row lives no longer.
+    Value(RawId, T, u64),
     /// A value past its logical expiry, kept for the table's grace
     /// (`stale_if_error_ms`): a miss, but a fallback if the load fails.
     Expired(RawId, T),
@@ -101,18 +102,9 @@ impl<T: Cached> Tier<T> {
         max_value_bytes: usize,
         tombstone_ttl: Duration,
     ) -> Tier<T> {
-        let grace_ms = spec.stale_if_error_ms();
-        let schema = if grace_ms > 0 {
-            frame::schema(
-                spec.fingerprint(),
-                &[codec.name(), frame::EXPIRING].concat(),
-            )
-        } else {
-            frame::schema(spec.fingerprint(), codec.name())
-        };
         Tier {
-            schema,
-            grace_ms,
+            schema: frame::schema(spec.fingerprint(), codec.name()),
+            grace_ms: spec.stale_if_error_ms(),
             prefix: keyspace::prefix(spec),
             slot: keyspace::slot(keyspace::prefix(spec).as_bytes()),
             server,
@@ -207,19 +199,18 @@ impl<T: Cached> Tier<T> {
         };
         let decoded = match frame::decode(&frame, T::KIND, self.schema) {
             Ok(Frame::Tombstone(version)) => return Found::Tombstone(version),
-            Ok(Frame::Value(version, body)) => self.expiry(body).and_then(|(expiry, body)| {
-                self.codec
-                    .decode(body)
-                    .map(|value| (version, expiry, value))
-                    .map_err(|e| format!("undecodable body: {e}"))
-            }),
+            Ok(Frame::Value(version, expiry, body)) => self
+                .codec
+                .decode(body)
+                .map(|value| (version, expiry, value))
+                .map_err(|e| format!("undecodable body: {e}")),
             Err(error) => Err(error.to_string()),
         };
         match decoded {
-            Ok((version, Some(expiry), value)) if crate::mint::unix_ms() >= expiry => {
-                Found::Expired(version, value)
-            }
-            Ok((version, _, value)) => Found::Value(version, value),
+            Ok((version, expiry, value)) => match expiry.checked_sub(crate::mint::unix_ms()) {
+                Some(left_ms) if left_ms > 0 => Found::Value(version, value, left_ms),
+                _ => Found::Expired(version, value),
+            },
             Err(reason) => {
                 self.bad_frame(key, &reason, counters);
                 Found::Bad
@@ -238,23 +229,12 @@ impl<T: Cached> Tier<T> {
                 .as_deref()
                 .map(|f| frame::decode(f, T::KIND, self.schema))
             {
-                Some(Ok(Frame::Value(version, _) | Frame::Tombstone(version))) => {
+                Some(Ok(Frame::Value(version, ..) | Frame::Tombstone(version))) => {
                     Some(version.payload())
                 }
                 Some(Err(_)) | None => None,
             },
         )
-    }
-
-    /// The logical expiry a body starts with (a table with a grace), and
-    /// the rest of it.
-    fn expiry<'b>(&self, body: &'b [u8]) -> Result<(Option<u64>, &'b [u8]), String> {
-        if self.grace_ms == 0 {
-            return Ok((None, body));
-        }
-        frame::split_expiry(body)
-            .map(|(expiry, body)| (Some(expiry), body))
-            .map_err(|e| e.to_string())
     }
 
     fn bad_frame(&self, key: u64, reason: &str, counters: &Counters) {
@@ -269,9 +249,9 @@ impl<T: Cached> Tier<T> {
         });
     }
 
-    /// Writes `value` under `version` for `ttl_ms` (plus the grace, if the
-    /// table has one: see [`frame`]) if no newer version is
-    /// there, unless it is larger than `max_value_bytes`: then it is only
+    /// Writes `value` under `version`, logically expiring in `ttl_ms` (the
+    /// server keeps it the table's grace longer: see [`frame`]), if no newer
+    /// version is there, unless it is larger than `max_value_bytes`: then it is only
     /// kept in L1 (counted as oversized). Fails only if the server did not
     /// take it (counted as dropped); a frame it chose not to write is `Ok`.
     pub(crate) async fn write(
@@ -288,11 +268,6 @@ impl<T: Cached> Tier<T> {
             return Ok(());
         }
         let body = match self.codec.encode(value) {
-            // A table with a grace: the frame outlives its TTL by it, and
-            // says when it logically expires.
-            Ok(body) if self.grace_ms > 0 => {
-                frame::with_expiry(crate::mint::unix_ms().saturating_add(ttl_ms), &body)
-            }
             Ok(body) => body,
             Err(error) => {
                 Counters::bump(&counters.l2_writes_dropped);
@@ -310,7 +285,8 @@ impl<T: Cached> Tier<T> {
             Counters::bump(&counters.oversized);
             return Ok(());
         }
-        let frame = frame::encode(version, self.schema, &body);
+        let expires = crate::mint::unix_ms().saturating_add(ttl_ms);
+        let frame = frame::encode(version, self.schema, expires, &body);
         let how = match (self.spec.coherence(), write) {
             (Coherence::Tracking, Write::Fill { over_bad: false }) => How::Vacant,
             _ => How::Versioned,

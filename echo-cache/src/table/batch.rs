@@ -66,7 +66,7 @@ pub(crate) fn single<T: Cached>(batch: &BatchLoader<T>) -> Loader<T> {
         let found = batch(vec![id]);
         async move {
             let found = found.await?.into_iter().find(|(found, _)| *found == id);
-            Ok(found.map(|(_, value)| value))
+            Ok(found.map(|(_, value)| (value, None)))
         }
         .boxed()
     })
@@ -208,11 +208,12 @@ impl<T: Cached> Table<T> {
                 match found {
                     // As in `resolve`: a frame older than an applied
                     // invalidation is stale.
-                    Found::Value(version, value)
+                    Found::Value(version, value, left_ms)
                         if !self.applied.overtakes(keys[i], version.payload()) =>
                     {
                         let value = Arc::new(value);
                         let fetched = Fetched::new(value, Source::L2, version.payload());
+                        let fetched = fetched.living_at_most(left_ms);
                         landings[i].land(Ok(fetched), take(&mut fallbacks[i]));
                     }
                     Found::Expired(version, value)
@@ -303,8 +304,10 @@ impl<T: Cached> Table<T> {
         for (&i, version) in rest.iter().zip(versions) {
             let key = landings[i].key;
             match found.remove(&key) {
-                Some(value) => fills
-                    .push(async move { (i, self.fill(key, &version, value, over_bad[i]).await) }),
+                Some(value) => fills.push(async move {
+                    let filled = self.fill(key, &version, value, u64::MAX, over_bad[i]);
+                    (i, filled.await)
+                }),
                 None => landings[i].land(Err(self.not_found(key)), take(&mut fallbacks[i])),
             }
         }
