@@ -117,8 +117,9 @@ const NET_BATCH: u64 = 1_500;
 const CPU_BATCH: u64 = 1 << 17;
 /// The hot set of the hit lines: the first ids of the pool.
 const HOT: usize = 1_024;
-/// Bytes of a frame before its body: the version, then the schema stamp.
-const FRAME_HEADER: usize = ID_LEN + 8;
+/// Bytes of a frame before its body: the version, the schema stamp, then
+/// the logical expiry.
+const FRAME_HEADER: usize = ID_LEN + 16;
 
 /// The cached entity: about 100 bytes, in memory and on the wire.
 #[near_cache(

@@ -46,21 +46,17 @@ impl<T: Cached> Tier<T> {
         let ids: Vec<Vec<u8>> = keys.iter().map(|&key| self.key(key)).collect();
         // The positions of the keys, grouped by slot (on a cluster) and cut
         // into commands.
-        let mut by_slot: Vec<(u16, Vec<usize>)> = Vec::new();
-        for (at, id) in ids.iter().enumerate() {
-            let slot = if self.server.is_cluster() {
-                self.slot_of(id)
-            } else {
-                self.slot
-            };
-            match by_slot.iter_mut().find(|(s, _)| *s == slot) {
-                Some((_, positions)) => positions.push(at),
-                None => by_slot.push((slot, vec![at])),
-            }
-        }
-        let commands = by_slot.iter().flat_map(|(slot, positions)| {
-            positions.chunks(MGET_KEYS).map(move |chunk| (*slot, chunk))
-        });
+        let slots: Vec<u16> = if self.server.is_cluster() {
+            ids.iter().map(|id| self.slot_of(id)).collect()
+        } else {
+            vec![self.slot; ids.len()]
+        };
+        let mut positions: Vec<usize> = (0..ids.len()).collect();
+        positions.sort_by_key(|&at| slots[at]);
+        let commands = positions
+            .chunk_by(|&a, &b| slots[a] == slots[b])
+            .flat_map(|same_slot| same_slot.chunks(MGET_KEYS))
+            .map(|chunk| (slots[chunk[0]], chunk));
         let replies = join_all(commands.map(async |(slot, positions)| {
             let mut mget = Cmd::new();
             mget.arg("MGET");
