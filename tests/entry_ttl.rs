@@ -243,4 +243,33 @@ mod l2 {
             "the row died at its frame's end: not refreshed"
         );
     }
+
+    #[tokio::test]
+    async fn a_put_with_a_ttl_lives_no_longer_in_l1_and_l2_on_any_node() {
+        let server = RedisServer::start();
+        let (a, b) = (Clock::manual(), Clock::manual());
+        let writer = node(&server, &a, Duration::from_secs(3_600));
+        let reader = node(&server, &b, Duration::from_secs(3_600));
+        let id = Id::<Shared>::mint();
+        let put = Shared { n: 7 };
+        (writer.put_with_ttl(id, put, Duration::from_secs(5)).await).expect("put");
+        let left = pttl(&server, id).await;
+        assert!(
+            (1_000..=5_000).contains(&left),
+            "PTTL {left}: not within 5 s"
+        );
+
+        let read = reader.fetch(id).await.expect("read");
+        assert_eq!((read.source(), read.n), (Source::L2, 7));
+        for (node, clock) in [(&writer, &a), (&reader, &b)] {
+            clock.advance(Duration::from_millis(4_000));
+            assert_eq!(source(node, id).await, Source::Hit);
+            clock.advance(Duration::from_millis(1_000));
+            assert_ne!(
+                source(node, id).await,
+                Source::Hit,
+                "a row outlived the put's TTL"
+            );
+        }
+    }
 }

@@ -258,7 +258,55 @@ impl Cache {
     /// [`Error::NotDelivered`] if the table is `durable` and the
     /// invalidation could not be recorded for the other nodes.
     pub async fn put<T: Cached>(&self, id: impl IdOf<T>, value: T) -> Result<RawId, Error> {
-        self.table::<T>().put(id.__id().payload(), value).await
+        self.table::<T>()
+            .put(id.__id().payload(), value, u64::MAX)
+            .await
+    }
+
+    /// [`put`](Self::put)s `value`, to live at most `ttl` (capped at the
+    /// table's `ttl_ms`) in L1 and L2, on every node that reads it: a new
+    /// session with its own lifetime, say. The TTL is a deadline, jittered
+    /// down only, as a loader's ([`Builder::loader_with_ttl`]).
+    ///
+    /// ```standalone_crate
+    /// use std::time::Duration;
+    /// use echo_cache::{near_cache, Cache, Clock, Id, Source};
+    ///
+    /// #[near_cache(kind = "SES", ttl_ms = 3_600_000, jitter = 0.0)]
+    /// #[derive(serde::Serialize, serde::Deserialize)]
+    /// struct Session { user: String }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), echo_cache::Error> {
+    /// let clock = Clock::manual();
+    /// let cache = Cache::builder()
+    ///     .clock(clock.clone())
+    ///     .without_loader::<Session>()
+    ///     .build()?;
+    /// let id = Id::<Session>::mint();
+    /// let session = Session { user: "ada".into() };
+    /// cache.put_with_ttl(id, session, Duration::from_secs(300)).await?;
+    /// clock.advance(Duration::from_secs(299));
+    /// assert_eq!(cache.fetch(id).await?.source(), Source::Hit);
+    /// clock.advance(Duration::from_secs(1)); // its 5 minutes are up
+    /// assert!(cache.fetch(id).await.is_err()); // and nothing can load it
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`put`](Self::put).
+    pub async fn put_with_ttl<T: Cached>(
+        &self,
+        id: impl IdOf<T>,
+        value: T,
+        ttl: Duration,
+    ) -> Result<RawId, Error> {
+        let life_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
+        self.table::<T>()
+            .put(id.__id().payload(), value, life_ms)
+            .await
     }
 
     /// Drops the value of `id` from this node's L1 (before it returns) and
@@ -697,8 +745,10 @@ impl Builder {
     /// deadline does not die together, and none outlives it. A row read
     /// back from L2 lives no longer than what is left of its frame.
     ///
-    /// A row whose whole life is within the table's `refresh_ms` is not
-    /// refreshed ahead ([Refresh-ahead](crate#refresh-ahead)).
+    /// A zero `ttl` is served, not kept. A row whose whole life is within
+    /// the table's `refresh_ms` is not refreshed ahead
+    /// ([Refresh-ahead](crate#refresh-ahead)). A writer gives a value its
+    /// TTL with [`Cache::put_with_ttl`].
     /// The attribute's `loader = ...` takes a plain loader only: give a
     /// loader of values with TTLs here.
     ///

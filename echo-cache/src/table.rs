@@ -637,23 +637,32 @@ impl<T: Cached> Table<T> {
         full
     }
 
-    /// Writes `value` under a fresh version: L2 (if no newer version is
-    /// there), then this node's L1, then the announcement to other nodes.
-    /// A flight of `key` under way will not install its (older) value.
-    pub(crate) async fn put(&self, key: u64, value: T) -> Result<RawId, Error> {
+    /// Writes `value` under a fresh version, living at most `life_ms`
+    /// (`u64::MAX`: as the table says): L2 (if no newer version is there),
+    /// then this node's L1, then the announcement to other nodes. A flight
+    /// of `key` under way will not install its (older) value.
+    pub(crate) async fn put(&self, key: u64, value: T, life_ms: u64) -> Result<RawId, Error> {
         let version = Minter::global().mint_raw(T::KIND);
         let span = self.write_span("put", key, &version);
-        self.put_at(key, value, version).instrument(span).await
+        (self.put_at(key, value, life_ms, version))
+            .instrument(span)
+            .await
     }
 
-    async fn put_at(&self, key: u64, value: T, version: RawId) -> Result<RawId, Error> {
+    async fn put_at(
+        &self,
+        key: u64,
+        value: T,
+        life_ms: u64,
+        version: RawId,
+    ) -> Result<RawId, Error> {
         if self.spec.coherence.versioned() {
             // Our own announcement, when it comes back, is then a repeat.
             self.applied.advance(key, version.payload());
         }
         let stored = match &self.tier {
             Some(tier) => {
-                let ttl_ms = self.l2_ttl_ms(u64::MAX);
+                let ttl_ms = self.l2_ttl_ms(life_ms);
                 let counters = &self.counters;
                 (tier
                     .write(key, &version, &value, ttl_ms, Write::Put, counters)
@@ -663,7 +672,7 @@ impl<T: Cached> Table<T> {
             None => true,
         };
         let now = self.clock.now_ms();
-        let row = self.row(Some(Arc::new(value)), version.payload(), now, u64::MAX);
+        let row = self.row(Some(Arc::new(value)), version.payload(), now, life_ms);
         self.rows.make_room(now);
         let declined = self.flights.overtake(key, || {
             self.rows.remove_older(key, None);
