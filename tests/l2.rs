@@ -184,6 +184,30 @@ async fn a_key_of_another_type_is_refilled_over() {
     refills(&server, id, &frame).await;
 }
 
+/// A reader whose wall clock runs ahead of the writer's sees a frame past
+/// its logical expiry while the server still keeps it: without a grace the
+/// server's clock rules, so it is an L2 hit (no load), served and not kept.
+#[tokio::test]
+async fn a_frame_past_its_expiry_by_this_nodes_clock_is_served_not_kept() {
+    let server = RedisServer::start();
+    let (id, mut frame, mut raw) = filled(&server).await;
+    // The expiry (after the version and the schema stamp): a minute ago.
+    let at = echo_cache::ID_LEN + 8;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
+    let past = u64::try_from(now.as_millis()).unwrap() - 60_000;
+    frame[at..at + 8].copy_from_slice(&past.to_be_bytes());
+    let _: () = raw.set(key(id), frame).await.unwrap();
+
+    let (reader, calls) = node(&server);
+    for _ in 0..2 {
+        let read = reader.fetch(id).await.unwrap();
+        assert_eq!(read.source(), Source::L2, "kept in L1, or loaded");
+    }
+    assert_eq!(calls.load(SeqCst), 0);
+}
+
 #[tokio::test]
 async fn a_value_over_max_value_bytes_is_kept_in_l1_only() {
     let server = RedisServer::start();

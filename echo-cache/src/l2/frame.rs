@@ -14,12 +14,15 @@
 //!
 //! The expiry is the frame's logical expiry: big-endian milliseconds since
 //! the Unix epoch on the writer's clock. The server expires the key at the
-//! same time (`PX`), or a table's grace later (`stale_if_error_ms`); past
-//! it the frame is a miss, except as the stale fallback of a failed load.
-//! A row read from a frame lives no longer than the frame: a value is not
-//! served past the TTL it was written with (a loader's own, say: see
+//! same time (`PX`), or a table's grace later (`stale_if_error_ms`): past
+//! its expiry a frame kept for the grace is a miss, except as the stale
+//! fallback of a failed load. A row read from a frame lives no longer than
+//! the frame: a value is not served past the TTL it was written with (a
+//! loader's own, say: see
 //! [`Builder::loader_with_ttl`](crate::Builder::loader_with_ttl)), give or
-//! take the skew between the writer's clock and the reader's.
+//! take the skew between the writer's clock and the reader's. (Without a
+//! grace, a frame the server still holds is alive whatever the reader's
+//! clock says: served, not kept.)
 
 use crate::id::{ID_LEN, Kind, RawId};
 

@@ -209,6 +209,10 @@ impl<T: Cached> Tier<T> {
         match decoded {
             Ok((version, expiry, value)) => match expiry.checked_sub(crate::mint::unix_ms()) {
                 Some(left_ms) if left_ms > 0 => Found::Value(version, value, left_ms),
+                // Without a grace the server expires the frame at its
+                // logical expiry: one still there is alive on the server's
+                // clock, whatever this node's says (skew). Served, not kept.
+                _ if self.grace_ms == 0 => Found::Value(version, value, 0),
                 _ => Found::Expired(version, value),
             },
             Err(reason) => {
