@@ -66,10 +66,6 @@ pub struct Fetched<T> {
     source: Source,
     /// The payload of the version; its kind is `T`'s.
     version: u64,
-    /// The most a row of it may live, in milliseconds from when a flight
-    /// lands it: what its loader gave it, or what is left of the L2 frame
-    /// it was read from. `u64::MAX`: as the table says.
-    life_ms: u64,
 }
 
 impl<T> Fetched<T> {
@@ -79,18 +75,7 @@ impl<T> Fetched<T> {
             value,
             source,
             version,
-            life_ms: u64::MAX,
         }
-    }
-
-    /// This, whose row may live at most `life_ms`.
-    pub(crate) fn living_at_most(self, life_ms: u64) -> Fetched<T> {
-        Fetched { life_ms, ..self }
-    }
-
-    /// The most a row of it may live (see [`Fetched::living_at_most`]).
-    pub(crate) fn life_ms(&self) -> u64 {
-        self.life_ms
     }
 
     /// The value, shared with L1 and every other reader.
@@ -129,7 +114,6 @@ impl<T> Clone for Fetched<T> {
             value: Arc::clone(&self.value),
             source: self.source,
             version: self.version,
-            life_ms: self.life_ms,
         }
     }
 }
@@ -148,7 +132,6 @@ impl<T: Cached + fmt::Debug> fmt::Debug for Fetched<T> {
             .field("value", &self.value)
             .field("source", &self.source)
             .field("version", &self.version())
-            // The row's bound is the cache's business, not the reader's.
-            .finish_non_exhaustive()
+            .finish()
     }
 }

@@ -105,6 +105,14 @@ where
     })
 }
 
+/// What a flight found, before it lands: its answer, and the most its row
+/// may live in milliseconds (`u64::MAX`: as the table says): what its
+/// loader gave it, or what is left of the L2 frame it was read from.
+struct Loaded<T> {
+    fetched: Fetched<T>,
+    life_ms: u64,
+}
+
 /// What a flight answers: `None` until it lands.
 type Answer<T> = Option<Result<Fetched<T>, Error>>;
 
@@ -441,7 +449,7 @@ impl<T: Cached> Table<T> {
         key: u64,
         refresh: bool,
         fallback: &mut Fallback<T>,
-    ) -> Result<Fetched<T>, Error> {
+    ) -> Result<Loaded<T>, Error> {
         let stale = self.failsafe.enabled() && self.verified();
         if stale && let Some(dead) = self.rows.stale(key, self.clock.now_ms()) {
             fallback.offer(dead.value.expect("a value"), dead.version);
@@ -455,7 +463,10 @@ impl<T: Cached> Table<T> {
                     if !self.applied.overtakes(key, version.payload()) =>
                 {
                     let fetched = Fetched::new(Arc::new(value), Source::L2, version.payload());
-                    return Ok(fetched.living_at_most(left_ms));
+                    return Ok(Loaded {
+                        fetched,
+                        life_ms: left_ms,
+                    });
                 }
                 Found::Expired(version, value)
                     if stale && !self.applied.overtakes(key, version.payload()) =>
@@ -478,7 +489,7 @@ impl<T: Cached> Table<T> {
 
     /// Step 3's second half: the loader, whose value is written to L2
     /// (`over_bad`: over the bad frame L2 held).
-    async fn load(&self, key: u64, over_bad: bool) -> Result<Fetched<T>, Error> {
+    async fn load(&self, key: u64, over_bad: bool) -> Result<Loaded<T>, Error> {
         let loader = self.loader.as_ref().ok_or(Error::NoLoader {
             table: self.spec.name,
         })?;
@@ -511,7 +522,7 @@ impl<T: Cached> Table<T> {
         value: T,
         life_ms: u64,
         over_bad: bool,
-    ) -> Fetched<T> {
+    ) -> Loaded<T> {
         if let Some(tier) = &self.tier {
             // A fill the server did not take is only a lost chance to share
             // it (counted): nothing to deliver later.
@@ -519,7 +530,7 @@ impl<T: Cached> Table<T> {
             let _ = (tier.write(key, version, &value, ttl_ms, write, &self.counters)).await;
         }
         let fetched = Fetched::new(Arc::new(value), Source::Fill, version.payload());
-        fetched.living_at_most(life_ms)
+        Loaded { fetched, life_ms }
     }
 
     /// Step 4: installs the outcome unless overtaken, answers every waiter;
@@ -528,10 +539,14 @@ impl<T: Cached> Table<T> {
         &self,
         key: u64,
         token: u64,
-        outcome: Result<Fetched<T>, Error>,
+        outcome: Result<Loaded<T>, Error>,
         fallback: Fallback<T>,
         answer: &watch::Sender<Answer<T>>,
     ) -> Ended {
+        let (outcome, life_ms) = match outcome {
+            Ok(Loaded { fetched, life_ms }) => (Ok(fetched), life_ms),
+            Err(error) => (Err(error), u64::MAX),
+        };
         let now = self.clock.now_ms();
         let backoff = fallback.backoff;
         if self.failsafe.enabled() && !backoff {
@@ -541,7 +556,7 @@ impl<T: Cached> Table<T> {
             Ok(fetched) => {
                 let value = Some(Arc::clone(fetched.value()));
                 let version = fetched.version().payload();
-                let mut row = self.row(value, version, now, fetched.life_ms());
+                let mut row = self.row(value, version, now, life_ms);
                 // What is left of an L2 frame is not its whole life: a row
                 // read late in it is refreshed as any other.
                 row.refreshable |= fetched.source() == Source::L2;
@@ -1195,7 +1210,7 @@ impl<T: Cached> Landing<T> {
     }
 
     /// Lands `outcome`, then tells the span and the flight histogram.
-    fn land(&mut self, outcome: Result<Fetched<T>, Error>, fallback: Fallback<T>) {
+    fn land(&mut self, outcome: Result<Loaded<T>, Error>, fallback: Fallback<T>) {
         let Some(table) = self.table.take() else {
             return;
         };

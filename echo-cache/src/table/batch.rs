@@ -25,7 +25,7 @@ use tokio::runtime::Handle;
 use tokio::sync::watch;
 use tracing::Instrument;
 
-use super::{Answer, Detachable, Joining, Landing, Loader, Table, panic_message};
+use super::{Answer, Detachable, Joining, Landing, Loaded, Loader, Table, panic_message};
 use crate::error::{BoxError, Error};
 use crate::fetched::{Fetched, Source};
 use crate::id::{Id, RawId};
@@ -213,8 +213,11 @@ impl<T: Cached> Table<T> {
                     {
                         let value = Arc::new(value);
                         let fetched = Fetched::new(value, Source::L2, version.payload());
-                        let fetched = fetched.living_at_most(left_ms);
-                        landings[i].land(Ok(fetched), take(&mut fallbacks[i]));
+                        let loaded = Loaded {
+                            fetched,
+                            life_ms: left_ms,
+                        };
+                        landings[i].land(Ok(loaded), take(&mut fallbacks[i]));
                     }
                     Found::Expired(version, value)
                         if stale && !self.applied.overtakes(keys[i], version.payload()) =>
