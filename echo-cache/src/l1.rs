@@ -48,7 +48,10 @@
 //! - A hit marks its row read: a relaxed load of the row's mark byte, and
 //!   a store only if it was not marked read (once per turn of the hand,
 //!   not once per hit; no lock, no read-modify-write). The hand writes the
-//!   other marks: how many times it passed the row unread.
+//!   other marks: how many times it passed the row unread. Hits mark rows
+//!   only once the table is three quarters full: no hand turns before it
+//!   fills, and a hit in a table far from full does not touch the mark's
+//!   cache line.
 //! - A new row's id is counted in its shard's [`Sketch`] (misses only).
 //!   The shard's hand then turns: a dead row is taken at once; a marked
 //!   row is unmarked (and counted in the sketch: it was read) and spared;
@@ -92,7 +95,9 @@ use crate::spec::{Eviction, TableSpec};
 mod evict;
 
 use crate::sync::Ordering::{Acquire, Relaxed, Release};
-use crate::sync::{AtomicPtr, AtomicU8, AtomicU64, AtomicUsize, Mutex, MutexGuard, fence};
+use crate::sync::{
+    AtomicBool, AtomicPtr, AtomicU8, AtomicU64, AtomicUsize, Mutex, MutexGuard, fence,
+};
 use evict::Room;
 
 /// foldhash's `quality` flavour: one more multiply than `fast`, whose top
@@ -256,6 +261,12 @@ struct Shard<T> {
     /// The table's `refresh_ms`, here for readers: on the line of `array`,
     /// which a hit loads anyway.
     refresh_ms: u64,
+    /// Whether hits mark their rows read: once the table is three quarters
+    /// full ([`Eviction::Hot`]), so that the rows read lately are marked
+    /// when it fills and the clock hand starts to look at marks. Before, a
+    /// hit spares itself the mark's cache line (a load after the value's
+    /// locked increment: a tenth of a hit's time).
+    marking: AtomicBool,
 }
 
 pub(crate) struct Rows<T> {
@@ -278,6 +289,10 @@ pub(crate) struct Rows<T> {
     reclaim_every_ms: u64,
     /// How long before its expiry a read starts a row's refresh (0: never).
     refresh_ms: u64,
+    /// The size from which hits mark the rows they read (see
+    /// [`Shard::marking`]): three quarters of `max_size`, so that the rows
+    /// read as the table fills are marked when its hand first turns.
+    marking_from: usize,
 }
 
 // SAFETY: a `Rows<T>` owns `Arc<T>`s and hands out clones of them.
@@ -548,12 +563,17 @@ impl<T> Rows<T> {
                 array: AtomicPtr::new(ptr::null_mut()),
                 writer: Mutex::new(Tally::default()),
                 refresh_ms: spec.refresh_ms,
+                marking: AtomicBool::new(false),
             }),
             hasher: Hasher::default(),
             garbage: Garbage::new(),
             size: AtomicUsize::new(0),
             max_size: spec.max_size,
             share: spec.max_size.div_ceil(SHARDS),
+            marking_from: match spec.eviction {
+                Eviction::Hot => spec.max_size - spec.max_size / 4,
+                Eviction::None => usize::MAX,
+            },
             eviction: spec.eviction,
             evictions: AtomicU64::new(0),
             last_reclaim: AtomicU64::new(0),
@@ -610,19 +630,23 @@ impl<T> Rows<T> {
                 Arc::from_raw(value)
             }
         });
-        // Read: mark the row for the clock hand, unless it is marked (a
-        // load; a store once per turn of the hand). After the count's
-        // increment, which (a locked instruction on x86) would otherwise
-        // wait for this load's cache line.
-        // SAFETY: `i < capacity`, the marks' count.
-        let mark = unsafe { array.marks().get_unchecked(i) };
-        let seen = mark.load(Relaxed);
-        if seen & !REFRESHING != evict::READ {
-            mark.store(evict::READ | (seen & REFRESHING), Relaxed);
-        }
         // With refresh off (0) never true: the row is alive at `now`.
-        let refresh =
-            now.saturating_add(shard.refresh_ms) >= expires_at && start_refresh(mark, seen);
+        let due = now.saturating_add(shard.refresh_ms) >= expires_at;
+        let marking = shard.marking.load(Relaxed);
+        let mut refresh = false;
+        if marking || due {
+            // Read: mark the row for the clock hand, unless it is marked (a
+            // load; a store once per turn of the hand). After the count's
+            // increment, which (a locked instruction on x86) would otherwise
+            // wait for this load's cache line.
+            // SAFETY: `i < capacity`, the marks' count.
+            let mark = unsafe { array.marks().get_unchecked(i) };
+            let seen = mark.load(Relaxed);
+            if marking && seen & !REFRESHING != evict::READ {
+                mark.store(evict::READ | (seen & REFRESHING), Relaxed);
+            }
+            refresh = due && start_refresh(mark, seen);
+        }
         Some(Live {
             value,
             version,
@@ -671,11 +695,13 @@ impl<T> Rows<T> {
     }
 
     fn reserve(&self) -> bool {
-        self.size
-            .fetch_update(Relaxed, Relaxed, |size| {
-                (size < self.max_size).then_some(size + 1)
-            })
-            .is_ok()
+        let reserved = self.size.fetch_update(Relaxed, Relaxed, |size| {
+            (size < self.max_size).then_some(size + 1)
+        });
+        if reserved.is_ok_and(|size| size + 1 == self.marking_from) {
+            self.start_marking();
+        }
+        reserved.is_ok()
     }
 
     /// Drops the value a row held once no reader can hold it.

@@ -129,7 +129,9 @@ impl<T> Rows<T> {
             return Room::Declined;
         }
         let sketch = tally.sketch.get_or_insert_with(|| {
-            // The table just filled: from now on, count its misses.
+            // The table just filled: from now on, count its misses, and
+            // have hits mark what they read.
+            self.start_marking();
             let mut sketch = Sketch::new(self.share);
             if count {
                 sketch.add(hash);
@@ -154,6 +156,16 @@ impl<T> Rows<T> {
         // The new row takes the victim's place in the count.
         self.evict(array, tally, &victim);
         Room::Made
+    }
+
+    /// Has hits mark the rows they read, in every shard (see
+    /// `Shard::marking`).
+    pub(super) fn start_marking(&self) {
+        for shard in &self.shards {
+            if !shard.marking.load(Relaxed) {
+                shard.marking.store(true, Relaxed);
+            }
+        }
     }
 
     /// Evicts a row of another shard than `from` if the new id's

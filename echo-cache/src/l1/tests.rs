@@ -217,6 +217,28 @@ fn a_full_table_that_evicts_spares_read_rows_and_admits_ids_asked_for_twice() {
 }
 
 #[test]
+fn hits_mark_their_rows_once_the_table_is_three_quarters_full() {
+    let rows = table(8, Eviction::Hot);
+    let keys = shard_mates(&rows, 1, 6);
+    let mark = |key: u64| {
+        let (shard, hash) = rows.locate(key);
+        let tally = shard.lock();
+        let array = shard.array(&tally).expect("an array");
+        let (i, found) = array.find(key, hash);
+        assert!(found);
+        array.marks()[i].load(Relaxed)
+    };
+    for &key in &keys[..5] {
+        assert!(rows.insert(key, row(key, 1, 100), 0).is_ok());
+    }
+    assert!(read(&rows, keys[0], 0).is_some());
+    assert_eq!(mark(keys[0]), 0, "marked with 5 rows of 8");
+    assert!(rows.insert(keys[5], row(keys[5], 1, 100), 0).is_ok());
+    assert!(read(&rows, keys[0], 0).is_some());
+    assert_eq!(mark(keys[0]), evict::READ, "not marked with 6 rows of 8");
+}
+
+#[test]
 fn a_shard_emptied_and_filled_again_turns_its_hand_in_its_new_array() {
     let rows = table(16, Eviction::Hot);
     let keys = shard_mates(&rows, 1, 80);
