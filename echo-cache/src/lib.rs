@@ -43,9 +43,9 @@
 //!    (a purpose-built table whose removed rows are freed once no reader
 //!    can hold them); values live decoded as `Arc<T>`; hit counters are
 //!    striped per thread; expiry is read off a coarse clock. The one shared
-//!    write is a row's "read" mark for eviction, stored only when unset:
-//!    once per row until its table fills, then once per turn of the clock
-//!    hand.
+//!    write is a row's "read" mark for eviction, stored only when unset,
+//!    once per turn of the clock hand, and only once its table is three
+//!    quarters full (before, a hit does not touch the mark).
 //! 3. **One fill per herd.** Concurrent misses of one id share one flight,
 //!    a detached task; its one answer (value or error) reaches every waiter.
 //! 4. **A cohort never expires together.** Expiry is drawn from
