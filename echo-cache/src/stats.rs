@@ -3,8 +3,10 @@
 //! Hits happen on every thread at once, so they are striped: each thread
 //! owns one cache-line-sized cell (by the lease index its L1 reads already
 //! hold, see [`crate::epoch`]) and bumps it with a plain load and store, the
-//! cheapest write there is and one no other thread shares. Reading the count sums the cells. Every other
-//! counter is on a slower path (a miss, a sweep) and is one relaxed atomic.
+//! cheapest write there is and one no other thread shares. Reading the count
+//! sums the cells. So are the misses that join a flight (a herd's waiters
+//! join from every thread at once). Every other counter is on a slower
+//! path (a flight, a sweep) and is one relaxed atomic.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
@@ -49,14 +51,14 @@ impl Striped {
 /// The counters of one table.
 #[derive(Default)]
 pub(crate) struct Counters {
-    pub(crate) misses: AtomicU64,
     pub(crate) flights: AtomicU64,
     pub(crate) refreshes: AtomicU64,
     /// Flights started and not yet ended (detached ones included).
     pub(crate) running: AtomicU64,
     pub(crate) fills: AtomicU64,
     pub(crate) l2_hits: AtomicU64,
-    pub(crate) coalesced: AtomicU64,
+    /// Striped: a herd's waiters join from every thread at once.
+    pub(crate) coalesced: Striped,
     pub(crate) swept: AtomicU64,
     pub(crate) full_skips: AtomicU64,
     pub(crate) sweeps: AtomicU64,
@@ -82,14 +84,16 @@ impl Counters {
     }
 
     pub(crate) fn snapshot(&self, hits: u64, size: usize, evictions: u64) -> Stats {
+        let (flights, coalesced) = (self.flights.load(Relaxed), self.coalesced.sum());
         Stats {
             hits,
-            misses: self.misses.load(Relaxed),
-            flights: self.flights.load(Relaxed),
+            // Every miss leads a flight or joins one.
+            misses: flights + coalesced,
+            flights,
             refreshes: self.refreshes.load(Relaxed),
             fills: self.fills.load(Relaxed),
             l2_hits: self.l2_hits.load(Relaxed),
-            coalesced: self.coalesced.load(Relaxed),
+            coalesced,
             swept: self.swept.load(Relaxed),
             full_skips: self.full_skips.load(Relaxed),
             evictions,

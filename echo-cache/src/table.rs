@@ -360,12 +360,10 @@ impl<T: Cached> Table<T> {
         match joined {
             Joined::Cached(hit) => Joining::Cached(hit),
             Joined::Follower(answer) => {
-                Counters::bump(&self.counters.misses);
-                Counters::bump(&self.counters.coalesced);
+                self.counters.coalesced.incr(epoch::pin().index());
                 Joining::Follower(answer)
             }
             Joined::Leader(token, answer) => {
-                Counters::bump(&self.counters.misses);
                 Counters::bump(&self.counters.flights);
                 Counters::bump(&self.counters.running);
                 let sender = sender.take().expect("a new flight's sender");
