@@ -43,7 +43,8 @@
 //! At `max_size` rows a new row needs another's place
 //! ([`Eviction::Hot`]), or is served without being kept
 //! ([`Eviction::None`], the seed's rule, after reclaiming dead rows).
-//! Eviction is a clock over each shard's slots with `TinyLFU` admission:
+//! Eviction is a clock over each shard's slots with `TinyLFU` admission
+//! and a probation for new ids:
 //!
 //! - A hit marks its row read: a relaxed load of the row's mark byte, and
 //!   a store only if it was not marked read (once per turn of the hand,
@@ -53,17 +54,31 @@
 //!   fills, and a hit in a table far from full does not touch the mark's
 //!   cache line.
 //! - A new row's id is counted in its shard's [`Sketch`] (misses only).
-//!   The shard's hand then turns: a dead row is taken at once; a marked
-//!   row is unmarked (and counted in the sketch: it was read) and spared;
-//!   the first unmarked row, or the least asked-for of it and the next
-//!   few unmarked ones, is the victim; a row's count is halved for every
-//!   two passes of the hand it was not read since (a hot set that moved
-//!   on loses its rank as fast as rows are evicted).
-//! - The victim goes only if the new id was asked for at least twice and
-//!   more often than the victim plus one: one-off ids (a scan) never evict,
-//!   and two rows asked for equally often do not trade places (a loop a
-//!   little larger than the table keeps most of it). Otherwise the new row
-//!   is served, not kept.
+//! - An id asked for once lately (a first ask: a new hot id, or a one-off)
+//!   goes on probation, without the admission test: a first-in first-out
+//!   queue of the shard's ids. At its length, its oldest rows leave it:
+//!   a row asked for again meanwhile (read, counted in the sketch) stays
+//!   as a ranked row, and the first that leaves unread gives up its place
+//!   to the new one; if none does, the clock's victim (below) does. The
+//!   queue grows by eight rows for each row that leaves it read and
+//!   shrinks by an eighth of a row for each that leaves unread, from one
+//!   row to 20 % of the shard's share: long while new ids prove hot (a hot
+//!   set that moved), one row while nearly all are one-offs (a scan, or
+//!   the tail of a steady load): a scan cycles through one row a shard.
+//!   Shards of fewer than 64 rows have none (that row would cost them
+//!   too much).
+//! - An id asked for more often turns the shard's hand: a dead row is
+//!   taken at once; a marked row is unmarked (and counted in the sketch:
+//!   it was read) and spared; the first unmarked row, or the least
+//!   asked-for of it and the next few unmarked ones, is the victim; a
+//!   row's count is halved for every two passes of the hand it was not
+//!   read since (a hot set that moved on loses its rank as fast as rows
+//!   are evicted). The victim goes only if the new id was asked for at
+//!   least twice (three times against a halved count) and more often than
+//!   the victim plus one: one-off ids (a scan) do not pass it, and two
+//!   rows asked for equally often do not trade places (a loop a little
+//!   larger than the table keeps most of it). Otherwise the new row is
+//!   served, not kept.
 //!
 //! The victim's value is retired like any removed value: freed by the
 //! epoch, outside every lock.
@@ -98,7 +113,7 @@ use crate::sync::Ordering::{Acquire, Relaxed, Release};
 use crate::sync::{
     AtomicBool, AtomicPtr, AtomicU8, AtomicU64, AtomicUsize, Mutex, MutexGuard, fence,
 };
-use evict::Room;
+use evict::{Probation, Room};
 
 /// foldhash's `quality` flavour: one more multiply than `fast`, whose top
 /// bits (the shard) can leave sequential ids (snowflakes, counters) in a
@@ -250,6 +265,10 @@ struct Tally {
     /// How often the shard's ids were asked for lately; made when the
     /// table first fills ([`Eviction::Hot`] only).
     sketch: Option<Sketch>,
+    /// New rows kept without the admission test, for a while; made when
+    /// the table first fills, boxed so that a shard stays small (a loom
+    /// model builds a table on a 32 KiB stack).
+    probation: Option<Box<Probation>>,
 }
 
 #[repr(align(128))]
@@ -770,7 +789,7 @@ impl<T> Rows<T> {
                 return Insert::Kept;
             }
         }
-        match self.room(&mut tally, array.as_ref(), hash, now, count) {
+        match self.room(&mut tally, array.as_ref(), key, hash, now, count) {
             Room::Made => {}
             Room::Declined => return Insert::Declined(row),
             Room::Elsewhere(estimate) => return Insert::Elsewhere(row, estimate),

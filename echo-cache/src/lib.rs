@@ -223,20 +223,31 @@
 //!   a store only if the row was unmarked: no lock and no atomic
 //!   read-modify-write on the hit). A new row's id is counted in a small
 //!   frequency sketch (`TinyLFU`'s count-min, 4-bit counters, halved as it
-//!   ages); the hand spares and unmarks marked rows and offers the first
-//!   unmarked one (or the least asked-for of a few, a row's count halved
-//!   for every two passes of the hand it was not read since: a hot set
-//!   that moved on loses its place). The new row takes its place only if
-//!   its id was asked for at least twice lately (three times against a row
-//!   whose count was halved) and more often than the victim's plus one
-//!   ([`Stats::evictions`]); otherwise it
-//!   is served without being kept ([`Stats::full_skips`]). So a table full
-//!   of cold rows admits an id on its second miss, a scan of one-off ids
-//!   evicts nothing, and a loop a little larger than the table keeps most
-//!   of it. An evicted value is dropped like any removed value: outside
-//!   every lock, once no reader can hold it. The sketch costs 12 bytes per
-//!   row of `max_size`, allocated when the table first fills; the hit
-//!   ratios against moka and `quick_cache` are in `benches/hit_ratio.rs`.
+//!   ages). An id asked for once lately goes on probation: a short
+//!   first-in first-out queue per shard, whose oldest row, when it is
+//!   full, leaves it and stays only if it was asked for again meanwhile
+//!   (else it gives up its place to the new one). The queue lengthens
+//!   while its rows prove hot (a hot set that moved on: the new one gets
+//!   in on its first miss) and shortens to one row while they are
+//!   one-offs (a scan, or the tail of a steady load, costs one row a
+//!   shard). An id asked for more often competes for a place: the hand
+//!   spares and unmarks marked rows and offers the first unmarked one (or
+//!   the least asked-for of a few, a row's count halved for every two
+//!   passes of the hand it was not read since: a hot set that moved on
+//!   loses its place). The new row takes its place only if its id was
+//!   asked for at least twice lately (three times against a row whose
+//!   count was halved) and more often than the victim's plus one. Rows
+//!   given up count as [`Stats::evictions`]; a new row that gets no place
+//!   is served without being kept ([`Stats::full_skips`]). So a scan of
+//!   one-off ids evicts next to nothing, a new hot set replaces an old one
+//!   within a few reads of each id, and a loop a little larger than the
+//!   table keeps most of it. Tables of fewer than about a thousand rows
+//!   (64 a shard) have no probation: a new id gets a place on its second
+//!   miss. An evicted value is dropped like any removed value: outside
+//!   every lock, once no reader can hold it. The sketch costs 12 bytes,
+//!   and the probation 1.6, per row of `max_size`, allocated when the
+//!   table first fills; the hit ratios against moka and `quick_cache`
+//!   are in `benches/hit_ratio.rs`.
 //! - **`none`**: the seed's rule. A full table keeps what it has: new rows
 //!   are served without being kept ([`Stats::full_skips`]) until rows die
 //!   (a full table looks for dead rows at most every `sweep_ms / 8`) or

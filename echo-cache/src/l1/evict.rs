@@ -1,11 +1,12 @@
 //! Making room in a full table that keeps the hot rows
-//! ([`Eviction::Hot`](crate::Eviction::Hot)): the clock hand, the victim
-//! and the admission test (see [A full table](super#a-full-table)).
+//! ([`Eviction::Hot`](crate::Eviction::Hot)): the clock hand, the victim,
+//! the admission test and probation (see [A full table](super#a-full-table)).
 //!
 //! Everything here runs under the lock of the shard it looks into; the
 //! victim's value is retired like any removed value, and freed by the
 //! epoch outside every lock.
 
+use std::collections::VecDeque;
 use std::hash::BuildHasher;
 
 use super::{Array, REFRESHING, Rows, SHARDS, Tally, is_row, tombstone};
@@ -35,6 +36,31 @@ const PASSES_PER_HALVING: u8 = 2;
 /// whose rank decayed: a one-off whose counters collide (a scan) must not
 /// evict a row that was hot.
 const DECAYED_FLOOR: u8 = 3;
+/// The most rows on probation, in tenths of a shard's share. Measured with
+/// `benches/hit_ratio.rs` as above, with [`GROWTH`] 64: none -0.00, +0.12,
+/// -0.48, -2.34, +1.10; up to 1 tenth +0.12, +0.17, -0.43, -0.36, +1.11;
+/// 2 tenths +0.11, +0.17, -0.43, +0.60 to +0.87 (from run to run), +1.10;
+/// 3: +0.09, +0.17, -0.42, +1.31, +1.10; 4: +0.10, +0.16, -0.42, +1.54,
+/// +1.10. A fixed tenth of the share, not adapted: -0.81, -0.45, -0.62,
+/// -0.72, +1.05 (one-offs hold a tenth of the table for good). Each row of
+/// it costs 8 bytes (its id, in the queue, reserved when the table fills):
+/// 2 tenths keep a table of a million rows within 16 bytes a row of
+/// `quick_cache`'s (`benches/memory.rs`).
+const PROBATION_TENTHS: usize = 2;
+/// Eighths of a row probation grows by for each row that leaves it read
+/// (it shrinks by one eighth for each that leaves unread): it grows while
+/// more than one in 64 new rows proves hot, as when the hot set moves, and
+/// shrinks to one row while nearly every new id is a one-off (a scan, the
+/// tail of a steady load). Measured as above: 48 +0.13, +0.16, -0.40,
+/// +0.23, +1.10 (and with a wider sketch, 16 or 32 left the shifting
+/// load's probation short: -2.95 and -2.15 points there); 80 +0.11, +0.07,
+/// -0.41, +0.95, +1.10; 96 grows it on a steady Zipf load too: -0.16,
+/// +0.06, -0.43, +0.89, +1.10.
+const GROWTH: usize = 64;
+/// The least share of a shard that keeps rows on probation: its one row
+/// at least is then a small part of the shard (a table of 100 rows, 7 a
+/// shard, would give up a seventh of them to one-offs).
+const PROBATION_SHARE: usize = 64;
 
 /// The hand's passes over a row since it was last read.
 fn idle(mark: u8) -> u8 {
@@ -64,7 +90,8 @@ fn rank(estimate: u8, mark: u8) -> u8 {
 
 /// Whether a new id asked for `estimate` times lately takes the place of
 /// `victim` (ranked by [`rank`]): only twice asked-for ids (a one-off, say
-/// a scan, never evicts; three times against a decayed rank), and only more
+/// a scan, never evicts a ranked row: it may only go on probation; three
+/// times against a decayed rank), and only more
 /// often than the victim plus one (two rows asked for alike do not trade
 /// places).
 fn admits(estimate: u8, victim: &Victim) -> bool {
@@ -85,12 +112,43 @@ struct Victim {
 
 impl Victim {
     fn dead(index: usize) -> Victim {
+        Victim::probation(index, true)
+    }
+
+    /// A row that leaves probation unread (`dead` or not).
+    fn probation(index: usize, dead: bool) -> Victim {
         Victim {
             index,
-            dead: true,
+            dead,
             estimate: 0,
             decayed: false,
         }
+    }
+}
+
+/// A shard's new rows on probation: ids asked for once lately, kept
+/// without the admission test, the oldest first, and how many it holds at
+/// most.
+pub(super) struct Probation {
+    /// The ids of the rows on probation, the oldest first; some may have
+    /// left the table since.
+    ids: VecDeque<u64>,
+    /// Its length in eighths of a row, beyond the one row it always has.
+    eighths: usize,
+}
+
+impl Probation {
+    /// The rows it holds at most, `most` at most.
+    fn len(&self, most: usize) -> usize {
+        (1 + self.eighths / 8).min(most)
+    }
+
+    fn grow(&mut self, most: usize) {
+        self.eighths = (self.eighths + GROWTH).min(most.saturating_sub(1) * 8);
+    }
+
+    fn shrink(&mut self) {
+        self.eighths = self.eighths.saturating_sub(1);
     }
 }
 
@@ -107,14 +165,16 @@ pub(super) enum Room {
 }
 
 impl<T> Rows<T> {
-    /// Room for one new row in a shard whose lock the caller holds: a
-    /// reservation, or in a full table that evicts, the place of a row of
-    /// this shard that the new id outranks. `count`: count the new id in
-    /// the shard's sketch first.
+    /// Room for one new row, of `key`, in a shard whose lock the caller
+    /// holds: a reservation, or in a full table that evicts, a place on
+    /// probation for an id asked for once lately, else the place of a row
+    /// of this shard that the new id outranks. `count`: count the new id
+    /// in the shard's sketch first.
     pub(super) fn room(
         &self,
         tally: &mut Tally,
         array: Option<&Array<T>>,
+        key: u64,
         hash: u64,
         now: u64,
         count: bool,
@@ -142,6 +202,10 @@ impl<T> Rows<T> {
         let Some(array) = array.filter(|_| tally.rows > 0) else {
             return Room::Elsewhere(estimate);
         };
+        if estimate < 2 && self.probation_most() > 0 {
+            self.make_probation_room(array, tally, key, now);
+            return Room::Made;
+        }
         let victim = self.victim(array, tally, now);
         if !victim.dead && !admits(estimate, &victim) {
             // A shard short of its share (hashing spread a small table's
@@ -263,6 +327,71 @@ impl<T> Rows<T> {
             }
         }
         victim
+    }
+
+    /// The most rows a shard keeps on probation: none if its share is
+    /// below [`PROBATION_SHARE`].
+    fn probation_most(&self) -> usize {
+        if self.share < PROBATION_SHARE {
+            return 0;
+        }
+        self.share * PROBATION_TENTHS / 10
+    }
+
+    /// Puts `key`'s new row on probation (the shard's sketch made), making
+    /// room for it: the oldest rows leave probation (as many as it is over
+    /// its length), each kept if it was asked for again (read while on
+    /// probation, or missed again after the clock took it), and the first
+    /// that leaves unread gives up its place. If none does, probation
+    /// grows: the clock's victim gives up its place, whatever its rank.
+    fn make_probation_room(&self, array: &Array<T>, tally: &mut Tally, key: u64, now: u64) {
+        let (slots, marks) = (array.slots(), array.marks());
+        let most = self.probation_most();
+        // Out of the tally while rows are evicted; its queue at full
+        // length, once, not rounded up.
+        let mut probation = tally.probation.take().unwrap_or_else(|| {
+            Box::new(Probation {
+                ids: VecDeque::with_capacity(most),
+                eighths: 0,
+            })
+        });
+        let mut made = false;
+        while probation.ids.len() >= probation.len(most) {
+            let Some(old) = probation.ids.pop_front() else {
+                break;
+            };
+            let hash = self.hasher.hash_one(old);
+            let (i, found) = array.find(old, hash);
+            // Gone: evicted by the clock, removed, or expired and swept.
+            if !found || !is_row(slots[i].value.load(Relaxed)) {
+                continue;
+            }
+            let sketch = tally.sketch.as_mut().expect("a full shard has a sketch");
+            // A read counts as the hand counts it, in the sketch.
+            let raw = marks[i].load(Relaxed);
+            if raw & !REFRESHING == READ {
+                marks[i].store(raw & REFRESHING, Relaxed);
+                sketch.add(hash);
+            }
+            let dead = now >= slots[i].expires_at();
+            if !dead && sketch.estimate(hash) >= 2 {
+                probation.grow(most);
+            } else {
+                probation.shrink();
+                if !made {
+                    self.evict(array, tally, &Victim::probation(i, dead));
+                    made = true;
+                }
+                // Others left unread are rows like any: the clock's first
+                // victims, at their rank.
+            }
+        }
+        if !made {
+            let victim = self.victim(array, tally, now);
+            self.evict(array, tally, &victim);
+        }
+        probation.ids.push_back(key);
+        tally.probation = Some(probation);
     }
 
     /// Removes a victim's row; the caller accounts for the place it frees.
