@@ -1,5 +1,6 @@
 //! Hit ratios of a full table, side by side: echo-cache (`eviction =
-//! "hot"`: a clock with TinyLFU admission), moka (TinyLFU admission, LRU
+//! "hot"`: a clock with TinyLFU admission, new ids on an adaptive
+//! probation), moka (TinyLFU admission, LRU
 //! eviction) and quick_cache (S3-FIFO-like: a small and a main clock and a
 //! ghost list), at the same capacity on the same traces.
 //!

@@ -11,8 +11,8 @@
 //! admitted after a while.
 //!
 //! It is written only by its shard's writer, under the shard's lock: a miss
-//! adds its id, and the clock hand adds each row it finds read since it
-//! last passed. Hits never touch it.
+//! adds its id, and the clock hand (or probation, as a row leaves it) adds
+//! each row it finds read since it last passed. Hits never touch it.
 
 /// Counters per id in each row (12 bytes an id in all): fewer collisions
 /// keep one-off ids (a scan) from passing for ids asked for twice (4 lose
