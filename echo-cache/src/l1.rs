@@ -265,9 +265,10 @@ struct Tally {
     /// How often the shard's ids were asked for lately; made when the
     /// table first fills ([`Eviction::Hot`] only).
     sketch: Option<Sketch>,
-    /// New rows kept without the admission test, for a while; made when
-    /// the table first fills, boxed so that a shard stays small (a loom
-    /// model builds a table on a 32 KiB stack).
+    /// New rows kept without the admission test, for a while; made for
+    /// the shard's first, once the table is full ([`Eviction::Hot`]
+    /// only). Boxed so that a shard stays small: a loom model builds a
+    /// table on a 32 KiB stack, which 16 inline queues overflowed.
     probation: Option<Box<Probation>>,
 }
 
