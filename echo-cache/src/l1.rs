@@ -74,7 +74,8 @@
 //!   row's count is halved for every two passes of the hand it was not
 //!   read since (a hot set that moved on loses its rank as fast as rows
 //!   are evicted). The victim goes only if the new id was asked for at
-//!   least twice (three times against a halved count) and more often than
+//!   least twice (three times against a halved count, or in a shard with
+//!   probation, where its first ask had its chance) and more often than
 //!   the victim plus one: one-off ids (a scan) do not pass it, and two
 //!   rows asked for equally often do not trade places (a loop a little
 //!   larger than the table keeps most of it). Otherwise the new row is

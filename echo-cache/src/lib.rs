@@ -236,7 +236,8 @@
 //!   passes of the hand it was not read since: a hot set that moved on
 //!   loses its place). The new row takes its place only if its id was
 //!   asked for at least twice lately (three times against a row whose
-//!   count was halved) and more often than the victim's plus one. Rows
+//!   count was halved, or in a table with probation) and more often than
+//!   the victim's plus one. Rows
 //!   given up count as [`Stats::evictions`]; a new row that gets no place
 //!   is served without being kept ([`Stats::full_skips`]). So a scan of
 //!   one-off ids evicts next to nothing, a new hot set replaces an old one

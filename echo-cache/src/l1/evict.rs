@@ -45,7 +45,11 @@ const DECAYED_FLOOR: u8 = 3;
 /// -0.72, +1.05 (one-offs hold a tenth of the table for good). Each row of
 /// it costs 8 bytes (its id, in the queue, reserved when the table fills):
 /// 2 tenths keep a table of a million rows within 16 bytes a row of
-/// `quick_cache`'s (`benches/memory.rs`).
+/// `quick_cache`'s (`benches/memory.rs`). All with a floor of 2 against
+/// undecayed ranks ([`admits`]); with 3 (since kept): +0.03 to +0.06,
+/// +0.12, -0.17, +0.48 to +0.74, +1.10 (and with it, decaying every 3
+/// passes +0.20, +0.22, -0.14, +0.35; a decayed floor of 4 +0.52, +0.28,
+/// -0.10, -0.05).
 const PROBATION_TENTHS: usize = 2;
 /// Eighths of a row probation grows by for each row that leaves it read
 /// (it shrinks by one eighth for each that leaves unread): it grows while
@@ -90,12 +94,17 @@ fn rank(estimate: u8, mark: u8) -> u8 {
 
 /// Whether a new id asked for `estimate` times lately takes the place of
 /// `victim` (ranked by [`rank`]): only twice asked-for ids (a one-off, say
-/// a scan, never evicts a ranked row: it may only go on probation; three
-/// times against a decayed rank), and only more
-/// often than the victim plus one (two rows asked for alike do not trade
-/// places).
-fn admits(estimate: u8, victim: &Victim) -> bool {
-    let floor = if victim.decayed { DECAYED_FLOOR } else { 2 };
+/// a scan, never evicts a ranked row), three times against a decayed rank
+/// or where new ids go on probation (`probation`: an id had its chance
+/// there on its first ask, and a one-off whose counters collide must not
+/// take a ranked place on its second), and only more often than the
+/// victim plus one (two rows asked for alike do not trade places).
+fn admits(estimate: u8, victim: &Victim, probation: bool) -> bool {
+    let floor = if victim.decayed || probation {
+        DECAYED_FLOOR
+    } else {
+        2
+    };
     estimate >= floor && estimate > victim.estimate.saturating_add(1)
 }
 
@@ -207,7 +216,7 @@ impl<T> Rows<T> {
             return Room::Made;
         }
         let victim = self.victim(array, tally, now);
-        if !victim.dead && !admits(estimate, &victim) {
+        if !victim.dead && !admits(estimate, &victim, self.probation_most() > 0) {
             // A shard short of its share (hashing spread a small table's
             // rows unevenly) may hold only hot rows while others hold cold
             // ones: look there too.
@@ -247,7 +256,7 @@ impl<T> Rows<T> {
                     tally.sketch = Some(Sketch::new(self.share));
                 }
                 let victim = self.victim(&array, &mut tally, now);
-                if !victim.dead && !admits(estimate, &victim) {
+                if !victim.dead && !admits(estimate, &victim, self.probation_most() > 0) {
                     return false;
                 }
                 self.evict(&array, &mut tally, &victim);

@@ -263,7 +263,9 @@ fn a_new_id_that_leaves_probation_unread_gives_up_its_place() {
     assert_eq!(read(&rows, keys[1], 0), Some((Some(1), 1)));
     assert_eq!((rows.len(), rows.evictions()), (1_024, 2));
     // Asked for again, the first id is no one-off: it competes with the
-    // clock's victim (a row never counted in the sketch) and wins.
+    // clock's victim (a row never counted in the sketch), and wins on its
+    // third ask (its first had its chance on probation).
+    assert!(rows.insert(keys[0], row(0, 2, 100), 0).is_err());
     assert!(rows.insert(keys[0], row(0, 2, 100), 0).is_ok());
     assert_eq!(read(&rows, keys[0], 0), Some((Some(0), 2)));
     assert_eq!(read(&rows, keys[1], 0), Some((Some(1), 1)));
