@@ -237,9 +237,9 @@
 //!   loses its place). The new row takes its place only if its id was
 //!   asked for at least twice lately (three times against a row whose
 //!   count was halved, or in a table with probation) and more often than
-//!   the victim's plus one. Rows
-//!   given up count as [`Stats::evictions`]; a new row that gets no place
-//!   is served without being kept ([`Stats::full_skips`]). So a scan of
+//!   the victim's plus one. Rows given up count as [`Stats::evictions`]; a
+//!   new row that gets no place is served without being kept
+//!   ([`Stats::full_skips`]). So a scan of
 //!   one-off ids evicts next to nothing, a new hot set replaces an old one
 //!   within a few reads of each id, and a loop a little larger than the
 //!   table keeps most of it. Tables of fewer than about a thousand rows
