@@ -181,6 +181,12 @@ async fn session(
                     // tracking connection to may serve keys now.
                     return Err("the cluster's masters changed".into());
                 }
+                if moved_channel(routes, &topology, &now) {
+                    // Writers may publish to the new owner before the old
+                    // one unsubscribes this link (`SUNSUBSCRIBE`, above):
+                    // do not wait for it.
+                    return Err("a broadcast channel's slot moved".into());
+                }
                 // A reshard among the masters this link tracks: pushes keep
                 // coming; only the routes of the tracking tables' commands
                 // follow the slots.
@@ -190,6 +196,19 @@ async fn session(
             }
         }
     }
+}
+
+/// Whether a broadcast table's channel is served by another master in `to`
+/// than in `from`.
+fn moved_channel(routes: &[Route], from: &Topology, to: &Topology) -> bool {
+    routes
+        .iter()
+        .filter(|route| !route.tracking())
+        .map(|route| crate::keyspace::slot(&route.address))
+        .any(|slot| {
+            let (was, is) = (from.owner(slot), to.owner(slot));
+            was.map(|master| &master.name) != is.map(|master| &master.name)
+        })
 }
 
 /// `connections`, made to `from`'s masters, with the slots each serves in
