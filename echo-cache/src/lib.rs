@@ -363,8 +363,10 @@
 //!   connection of its own that routes it to the slot's owner): a message
 //!   reaches the subscribers without crossing the cluster bus (a classic
 //!   `PUBLISH` goes to every node). When the slot moves (a reshard, a
-//!   failover) the server ends the subscription, and the node starts
-//!   afresh: flush, bypass, resubscribe on the new owner.
+//!   failover) the node starts afresh: flush, bypass, resubscribe on the
+//!   new owner; as soon as the old owner ends the subscription, or its
+//!   topology check (below) sees the move, whichever comes first (writers
+//!   may publish to the new owner before the old one lets go).
 //! - **durable**: a node reads each durable table's stream through its own
 //!   blocking connection to the owner of the stream's slot.
 //! - **Topology**: a link reads the topology every 50 ms. A reshard among
