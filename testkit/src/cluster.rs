@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::ffi::OsString;
 use std::fmt;
 use std::ops::Deref;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -90,6 +90,7 @@ impl RedisClusterBuilder {
     /// equal shares of the slots, joins the nodes, attaches the replicas and
     /// waits until the cluster agrees (see [`RedisCluster::wait_ok`]).
     pub fn try_start(self) -> Result<RedisCluster, Error> {
+        let turn = Turn::take();
         let masters = self.masters;
         let count = masters * (1 + self.replicas_per_master);
         let node_timeout_ms = self.node_timeout.as_millis().max(1).to_string();
@@ -135,6 +136,7 @@ impl RedisClusterBuilder {
             node_timeout: self.node_timeout,
             converge_timeout: self.converge_timeout,
             agreed: Mutex::new(Layout::default()),
+            _turn: turn,
         };
         cluster.form(masters)?;
         Ok(cluster)
@@ -144,6 +146,8 @@ impl RedisClusterBuilder {
 /// A real cluster of `valkey-server` / `redis-server` nodes on loopback,
 /// each a [`RedisServer`] with its own reserved port (and cluster bus port);
 /// every node is killed on drop. See the [crate docs](crate#cluster).
+/// The clusters of one process run one at a time: a start waits for the
+/// running one to be dropped.
 ///
 /// Every operation blocks until the cluster agrees, bounded by the converge
 /// timeout, and panics naming what did not converge. Roles and slot owners
@@ -157,6 +161,42 @@ pub struct RedisCluster {
     /// The layout of the last wait that saw the nodes agree: which slots a
     /// master owned before it was killed.
     agreed: Mutex<Layout>,
+    /// This process's turn to run a cluster, given back once the nodes
+    /// above are stopped.
+    _turn: Turn,
+}
+
+/// Whether a cluster of this process is running, and the wait for it to
+/// end: clusters run one at a time. Two clusters of nodes, and the load of
+/// their tests, starve each other's timers on a small machine, and cluster
+/// tests assert bounds of some tens of milliseconds.
+static TURNS: (Mutex<bool>, Condvar) = (Mutex::new(false), Condvar::new());
+
+/// A process's turn to run a cluster (see [`TURNS`]).
+#[derive(Debug)]
+struct Turn;
+
+impl Turn {
+    /// Waits for the cluster running, if any, to stop.
+    fn take() -> Turn {
+        let (running, stopped) = &TURNS;
+        let mut running = running.lock().unwrap_or_else(PoisonError::into_inner);
+        while *running {
+            running = stopped
+                .wait(running)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+        *running = true;
+        Turn
+    }
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        let (running, stopped) = &TURNS;
+        *running.lock().unwrap_or_else(PoisonError::into_inner) = false;
+        stopped.notify_one();
+    }
 }
 
 /// One node of a [`RedisCluster`]: its [`RedisServer`] (through `Deref`, so
