@@ -14,7 +14,7 @@ use tokio::runtime::Handle;
 use tokio::sync::{Notify, watch};
 
 use crate::claim;
-use crate::clock::Clock;
+use crate::clock::{Clock, millis};
 use crate::coherence::{Target, durable, link};
 use crate::connections::{Address, Server};
 use crate::directory::{self, DECLARATIONS, Declaration};
@@ -303,7 +303,7 @@ impl Cache {
         value: T,
         ttl: Duration,
     ) -> Result<RawId, Error> {
-        let life_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
+        let life_ms = millis(ttl);
         self.table::<T>()
             .put(id.__id().payload(), value, life_ms)
             .await

@@ -77,7 +77,7 @@ impl Clock {
     /// Panics on the system clock, which only the OS moves.
     pub fn advance(&self, by: Duration) {
         assert!(self.is_manual(), "only a manual clock can be advanced");
-        let by = u64::try_from(by.as_millis()).unwrap_or(u64::MAX);
+        let by = millis(by);
         self.inner.now_ms.fetch_add(by, Ordering::Relaxed);
     }
 
@@ -91,10 +91,16 @@ impl Clock {
     pub(crate) fn tick(&self) {
         if let Some(origin) = self.inner.origin {
             // +1 so that 0 is never a reading: rows may use it as "long dead".
-            let elapsed = u64::try_from(origin.elapsed().as_millis()).unwrap_or(u64::MAX);
+            let elapsed = millis(origin.elapsed());
             self.inner.now_ms.fetch_max(elapsed + 1, Ordering::Relaxed);
         }
     }
+}
+
+/// `d` in whole milliseconds, saturating at `u64::MAX` (some 584 million
+/// years: a "never" for every deadline of the crate).
+pub(crate) fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 impl Default for Clock {

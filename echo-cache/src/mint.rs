@@ -19,6 +19,7 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use crate::clock::millis;
 use crate::id::{Id, Kind, RawId};
 use crate::spec::Cached;
 
@@ -218,7 +219,7 @@ fn wall_ms() -> u64 {
 pub(crate) fn unix_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .map_or(0, millis)
 }
 
 #[cfg(test)]

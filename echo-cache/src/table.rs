@@ -42,7 +42,7 @@ use tracing::instrument::Instrumented;
 use tracing::{Instrument, Span, field};
 
 use crate::backlog::Backlog;
-use crate::clock::Clock;
+use crate::clock::{Clock, millis};
 use crate::coherence::{Announcer, Applied, Target};
 use crate::connections::Server;
 use crate::directory::Declaration;
@@ -497,9 +497,7 @@ impl<T: Cached> Table<T> {
         let version = Minter::global().mint_raw(T::KIND);
         match loader(Id::from_payload(key)).await {
             Ok(Some((value, ttl))) => {
-                let life_ms = ttl.map_or(u64::MAX, |ttl| {
-                    u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX)
-                });
+                let life_ms = ttl.map_or(u64::MAX, millis);
                 Ok(self.fill(key, &version, value, life_ms, over_bad).await)
             }
             Ok(None) => Err(self.not_found(key)),

@@ -10,6 +10,7 @@ use std::time::Duration;
 use redis::Cmd;
 
 use super::message;
+use crate::clock::millis;
 use crate::connections::{Failure, Lane, Server};
 use crate::id::RawId;
 use crate::keyspace;
@@ -49,7 +50,7 @@ impl Announcer {
             return self.send(&message::encode_flush(version)).await;
         }
         let key = format!("{}{}", keyspace::prefix(self.spec), keyspace::EVERY_ID);
-        let ttl_ms = u64::try_from(self.flush_ttl.as_millis()).unwrap_or(u64::MAX);
+        let ttl_ms = millis(self.flush_ttl);
         let mut set = Cmd::new();
         set.arg("SET").arg(&key).arg(&version.to_bytes()[..]);
         set.arg("PX").arg(ttl_ms.max(1));

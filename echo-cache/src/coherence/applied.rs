@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use scc::HashMap;
 
+use crate::clock::millis;
 use crate::mint::{EPOCH_MS, unix_ms_of_payload};
 
 /// How long an applied version is remembered after it was minted.
@@ -58,7 +59,7 @@ impl Applied {
 
     /// Forgets the versions minted more than [`RETAIN`] before `unix_ms`.
     pub(crate) fn prune(&self, unix_ms: u64) {
-        let retain = u64::try_from(RETAIN.as_millis()).unwrap_or(u64::MAX);
+        let retain = millis(RETAIN);
         let horizon = unix_ms.saturating_sub(retain).max(EPOCH_MS);
         self.newest
             .retain_sync(|_, version| unix_ms_of_payload(*version) >= horizon);

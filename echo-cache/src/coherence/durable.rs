@@ -73,6 +73,7 @@ use tokio::sync::watch;
 
 use super::Target;
 use super::message;
+use crate::clock::millis;
 use crate::connections::{Server, TOPOLOGY_EVERY};
 
 /// The first backoff between two sessions; it doubles up to [`MAX_BACKOFF`]
@@ -311,7 +312,7 @@ impl Lane {
         list.arg("GROUPS").arg(stream);
         let groups = query(connection, "XINFO GROUPS", deadline, &list).await?;
         let now = Instant::now();
-        let retention = u64::try_from(self.settings.retention.as_millis()).unwrap_or(u64::MAX);
+        let retention = millis(self.settings.retention);
         let mut ours = None;
         let mut gone = Vec::new();
         let mut consumerless = HashSet::new();
@@ -428,7 +429,7 @@ impl Lane {
         connection: &mut MultiplexedConnection,
         index: usize,
     ) -> Result<(), String> {
-        let min_idle = u64::try_from(self.settings.claim_idle.as_millis()).unwrap_or(u64::MAX);
+        let min_idle = millis(self.settings.claim_idle);
         let mut cursor = EntryId::ZERO;
         loop {
             let mut claim = redis::cmd("XAUTOCLAIM");
@@ -554,7 +555,7 @@ impl Lane {
     fn read_new(&self, block: Option<Duration>) -> Cmd {
         let mut read = self.read_group();
         if let Some(block) = block {
-            let block = u64::try_from(block.as_millis()).unwrap_or(u64::MAX);
+            let block = millis(block);
             // `BLOCK 0` would wait for ever.
             read.arg("BLOCK").arg(block.max(1));
         }

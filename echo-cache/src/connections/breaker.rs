@@ -10,6 +10,8 @@
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
+use crate::clock::millis;
+
 /// Failures in a row that open the breaker.
 pub(crate) const TRIP_AFTER: u32 = 3;
 
@@ -28,7 +30,7 @@ impl Breaker {
             open: AtomicBool::new(false),
             failures: AtomicU32::new(0),
             probe_at: AtomicU64::new(0),
-            probe_every_ms: u64::try_from(probe_every.as_millis()).unwrap_or(u64::MAX),
+            probe_every_ms: millis(probe_every),
             origin: Instant::now(),
         }
     }
@@ -88,7 +90,7 @@ impl Breaker {
     }
 
     fn now_ms(&self) -> u64 {
-        u64::try_from(self.origin.elapsed().as_millis()).unwrap_or(u64::MAX)
+        millis(self.origin.elapsed())
     }
 }
 

@@ -18,6 +18,8 @@ mod tier;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Instant;
 
+use crate::clock::millis;
+
 pub use codec::{Codec, Postcard};
 pub(crate) use tier::{Found, Tier, Write};
 
@@ -43,7 +45,7 @@ impl Warning {
     /// Calls `log` with the number of occurrences since the last warning,
     /// if the last warning is old enough; else counts this one.
     pub(crate) fn emit(&self, log: impl FnOnce(u64)) {
-        let now = u64::try_from(self.origin.elapsed().as_millis()).unwrap_or(u64::MAX) + 1;
+        let now = millis(self.origin.elapsed()) + 1;
         let last = self.last.load(Relaxed);
         if (last == 0 || now.saturating_sub(last) >= Self::EVERY_MS)
             && self
