@@ -121,11 +121,12 @@ struct Victim {
 
 impl Victim {
     fn dead(index: usize) -> Victim {
-        Victim::probation(index, true)
+        Victim::unranked(index, true)
     }
 
-    /// A row that leaves probation unread (`dead` or not).
-    fn probation(index: usize, dead: bool) -> Victim {
+    /// A row given up whatever its rank: `dead`, or leaving probation
+    /// unread.
+    fn unranked(index: usize, dead: bool) -> Victim {
         Victim {
             index,
             dead,
@@ -388,7 +389,7 @@ impl<T> Rows<T> {
             } else {
                 probation.shrink();
                 if !made {
-                    self.evict(array, tally, &Victim::probation(i, dead));
+                    self.evict(array, tally, &Victim::unranked(i, dead));
                     made = true;
                 }
                 // Others left unread are rows like any: the clock's first
