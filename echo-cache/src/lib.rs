@@ -339,7 +339,7 @@
 //! through a reshard and a failover (the test suite runs the stale-read
 //! checker of each mode through a live reshard, a `CLUSTER FAILOVER` and a
 //! master killed, on Valkey 8 and Redis 7: no caller error, no read staler
-//! than D = 100 ms; a write acknowledged while a killed master's slots had
+//! than D = 100 ms, but for the known gap below; a write acknowledged while a killed master's slots had
 //! no owner is kept and delivered to the promoted replica, and read
 //! everywhere within the [outage bound](#guarantees)).
 //!
@@ -386,6 +386,11 @@
 //!   frame for a minute (its memory of applied versions); a `tracking`
 //!   table has no such memory and may read the older frame from L2 until
 //!   its TTL.
+//! - **Known gap** (`tracking` through a `CLUSTER FAILOVER`): two of three
+//!   CI runs of the stale-read checker on 2 loaded cores saw reads past
+//!   D, 164 ms (Redis 7, from L2) and 303 ms (Valkey 8, an L1 hit) stale;
+//!   run alone it keeps D. Until that is fixed, count on about 300 ms,
+//!   not D, for a `tracking` table while its master fails over.
 //!
 //! # Connecting to L2
 //!
