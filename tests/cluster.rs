@@ -1,7 +1,8 @@
 //! L2 on a real local Valkey/Redis Cluster (three masters on loopback, and
 //! replicas where a test fails one over): keys on the slot and the node that
 //! own them, the stale-read checker of every coherence mode, a herd across
-//! two nodes, one master down while the others serve, and a live reshard
+//! two nodes, one master down while the others serve, a write that lands
+//! once a slot's owners stop redirecting it to each other, and a live reshard
 //! and a failover under a read/write load with no caller error and no read
 //! staler than the delivery bound.
 
@@ -13,7 +14,7 @@ use std::time::Duration;
 
 use coherence_support::{Broadcast, Entity, Sor, Tracked, bounded, checker, entity, eventually};
 use echo_cache::{Builder, Cache, Cached, Id, Source, keyspace, near_cache};
-use echo_cache_testkit::RedisCluster;
+use echo_cache_testkit::{ClusterNode, RedisCluster};
 
 entity!(Durable, "DUR", "durable", "durable");
 entity!(Plain, "PLN", "none", "plain");
@@ -278,6 +279,57 @@ async fn a_failover_under_load_broadcast() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failover_under_load_durable() {
     failover_under_load::<Durable>().await;
+}
+
+/// While two masters each say the other serves a slot (as they may for a
+/// moment of a failover), a write keeps trying and lands once they agree:
+/// not dropped, not left to the backlog, whose late delivery readers on
+/// other nodes would see as a stale L2.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_the_cluster_keeps_redirecting_lands_once_the_slot_settles() {
+    let cluster = RedisCluster::start(3, 0);
+    let sor = Sor::default();
+    let cache = node(&cluster, &sor);
+    let slot = slot_of::<Plain>();
+    let owner = cluster.node_of_slot(slot);
+    let other = *cluster
+        .masters()
+        .iter()
+        .find(|master| master.id() != owner.id())
+        .expect("another master");
+    let give = |to: &ClusterNode| {
+        let () = owner.query(
+            redis::cmd("CLUSTER")
+                .arg("SETSLOT")
+                .arg(slot)
+                .arg("NODE")
+                .arg(to.id()),
+        );
+    };
+    // The owner hands its (empty) slot to `other`, which does not take it.
+    give(other);
+    let id = Id::<Plain>::mint();
+    let put = tokio::spawn({
+        let cache = cache.clone();
+        async move { cache.put(id, Plain::at(7)).await }
+    });
+    // The disagreement lasts longer than ten quick retries (the old budget).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    give(owner);
+    bounded("the put", put)
+        .await
+        .expect("the put's task")
+        .expect("the put");
+
+    let stats = cache.stats::<Plain>();
+    assert_eq!(
+        (stats.l2_writes_dropped, stats.redeliveries),
+        (0, 0),
+        "the write landed when made"
+    );
+    let key = keyspace::key(Plain::spec(), &id.raw());
+    let frame: Option<Vec<u8>> = owner.query(redis::cmd("GET").arg(&key));
+    assert!(frame.is_some(), "the frame is on {owner}");
 }
 
 /// A spread table: each id on its own slot, so its ids land on every

@@ -680,6 +680,9 @@ impl Builder {
 
     /// How long one L2 operation may take before a fetch goes on without
     /// it ([`DEFAULT_L2_TIMEOUT`](Self::DEFAULT_L2_TIMEOUT) unless set).
+    /// It bounds each try: on a cluster, an operation redirected while a
+    /// slot changes hands is tried again for up to 1 s (see
+    /// [Cluster](crate#cluster)).
     #[must_use]
     pub fn l2_timeout(mut self, timeout: Duration) -> Builder {
         self.l2_timeout = timeout;

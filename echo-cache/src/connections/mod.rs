@@ -209,7 +209,7 @@ impl Server {
         lane: Lane,
         cmd: Cmd,
     ) -> Result<R, Failure> {
-        let mut attempt = 1;
+        let mut settle = Settle::new();
         loop {
             let cmd = &cmd;
             let done = self
@@ -217,7 +217,7 @@ impl Server {
                     cmd.query_async(&mut connection).await
                 })
                 .await;
-            if !unsettled(&done, &mut attempt).await {
+            if !settle.again(&done).await {
                 return done;
             }
         }
@@ -232,7 +232,7 @@ impl Server {
         keys: &[&[u8]],
         args: &[&[u8]],
     ) -> Result<R, Failure> {
-        let mut attempt = 1;
+        let mut settle = Settle::new();
         loop {
             let done = self
                 .run(lane, async move |mut connection| {
@@ -246,7 +246,7 @@ impl Server {
                     invocation.invoke_async(&mut connection).await
                 })
                 .await;
-            if !unsettled(&done, &mut attempt).await {
+            if !settle.again(&done).await {
                 return done;
             }
         }
@@ -606,23 +606,46 @@ impl ConnectionLike for Connection {
 /// slot's new owner after a reshard.
 pub(crate) const TOPOLOGY_EVERY: Duration = Duration::from_millis(50);
 
-/// How many times an operation a cluster keeps redirecting is tried, and
-/// how long apart: a slot's owners agree within milliseconds.
-const SETTLE_ATTEMPTS: usize = 10;
+/// How long an operation the cluster keeps redirecting is tried again: a
+/// slot's owners agree within milliseconds after a reshard, but after a
+/// `CLUSTER FAILOVER` on a loaded host they were seen to disagree for 80 ms
+/// (a write given up then is acknowledged into the backlog, and read stale
+/// elsewhere until it is delivered).
+const SETTLE_WITHIN: Duration = Duration::from_secs(1);
+/// The first pause between tries of a redirected operation; it doubles up
+/// to [`SETTLE_PAUSE_MAX`].
 const SETTLE_PAUSE: Duration = Duration::from_millis(5);
+const SETTLE_PAUSE_MAX: Duration = Duration::from_millis(50);
 
-/// Whether an operation should run again because the cluster redirected it
-/// (after a pause, counted in `attempt`): while a slot changes hands, its
-/// nodes disagree for a moment on who serves it, and the cluster client's
-/// immediate redirects can bounce between them until it gives up.
-async fn unsettled<R>(done: &Result<R, Failure>, attempt: &mut usize) -> bool {
-    let redirected = matches!(done, Err(Failure::Redis(error)) if moved(error));
-    if !redirected || *attempt >= SETTLE_ATTEMPTS {
-        return false;
+/// The tries of one operation while the cluster redirects it: while a slot
+/// changes hands, its nodes disagree for a moment on who serves it, and the
+/// cluster client's immediate redirects can bounce between them until it
+/// gives up.
+struct Settle {
+    began: tokio::time::Instant,
+    pause: Duration,
+}
+
+impl Settle {
+    fn new() -> Settle {
+        Settle {
+            began: tokio::time::Instant::now(),
+            pause: SETTLE_PAUSE,
+        }
     }
-    *attempt += 1;
-    tokio::time::sleep(SETTLE_PAUSE).await;
-    true
+
+    /// Whether the operation should run again because the cluster
+    /// redirected it (after a pause), within [`SETTLE_WITHIN`] of its first
+    /// try.
+    async fn again<R>(&mut self, done: &Result<R, Failure>) -> bool {
+        let redirected = matches!(done, Err(Failure::Redis(error)) if moved(error));
+        if !redirected || self.began.elapsed() + self.pause > SETTLE_WITHIN {
+            return false;
+        }
+        tokio::time::sleep(self.pause).await;
+        self.pause = (self.pause * 2).min(SETTLE_PAUSE_MAX);
+        true
+    }
 }
 
 /// Whether the node said another serves the key (a slot that moved).
