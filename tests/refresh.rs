@@ -147,6 +147,60 @@ async fn a_refresh_overtaken_by_an_invalidation_installs_nothing() {
 }
 
 #[tokio::test]
+async fn a_failed_refresh_is_tried_again_before_the_row_dies() {
+    let (db, calls, clock) = (
+        Arc::new(AtomicU64::new(1)),
+        Calls::default(),
+        Clock::manual(),
+    );
+    let cache = {
+        let (db, calls) = (Arc::clone(&db), calls.clone());
+        Cache::builder()
+            .clock(clock.clone())
+            .loader(move |_: Id<Hot>| {
+                // The fill answers; the next two loads (refreshes) fail.
+                let (n, call) = (db.load(Ordering::SeqCst), calls.count());
+                async move {
+                    if (1..=2).contains(&call) {
+                        return Err(std::io::Error::other("the store is down"));
+                    }
+                    Ok(Some(Hot { n }))
+                }
+            })
+            .loader(|_: Id<Plain>| async { Ok::<_, std::io::Error>(None) })
+            .build()
+            .expect("a cache")
+    };
+    let id = Id::<Hot>::mint();
+    cache.fetch(id).await.expect("filled");
+    db.store(2, Ordering::SeqCst);
+
+    // Due for refresh; the clock then stays there, 150 ms before the row
+    // dies, while reads go on: each failed refresh is started again by a
+    // later read (after a pause of a quarter of `refresh_ms`), until one
+    // lands.
+    clock.advance(Duration::from_millis(850));
+    eventually("a refresh to land after two failures", async || {
+        let read = cache.fetch(id).await.expect("a hit");
+        assert_eq!(read.source(), Source::Hit, "the row is alive");
+        cache.stats::<Hot>().fills == 2
+    })
+    .await;
+    let stats = cache.stats::<Hot>();
+    assert_eq!((stats.refreshes, stats.load_errors, calls.get()), (3, 2, 4));
+
+    // Past the first row's death: the refreshed row answers.
+    clock.advance(Duration::from_millis(200));
+    let read = cache.fetch(id).await.expect("a hit");
+    assert_eq!((read.source(), read.n), (Source::Hit, 2));
+    assert_eq!(
+        cache.stats::<Hot>().misses,
+        1,
+        "only the first fetch missed"
+    );
+}
+
+#[tokio::test]
 async fn without_refresh_ms_a_row_read_near_its_end_dies_and_misses() {
     let (db, calls, clock) = (
         Arc::new(AtomicU64::new(1)),

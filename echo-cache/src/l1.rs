@@ -715,6 +715,25 @@ impl<T> Rows<T> {
         })
     }
 
+    /// Lets a read start the refresh of `key`'s row again (clears its
+    /// [`REFRESHING`] bit) if it is still the row at `version`: its refresh
+    /// failed. A reader marking the row at that instant may set the bit
+    /// back; the row then dies at its expiry, as if not tried again.
+    pub(crate) fn rearm_refresh(&self, key: u64, version: u64) {
+        let (shard, hash) = self.locate(key);
+        let tally = shard.lock();
+        let Some(array) = shard.array(&tally) else {
+            return;
+        };
+        let (slot, i) = array.probe_index(key, hash);
+        let row = slot.key.load(Relaxed) == key
+            && is_row(slot.value.load(Relaxed))
+            && slot.version.load(Relaxed) == version;
+        if row {
+            array.marks()[i].fetch_and(!REFRESHING, Relaxed);
+        }
+    }
+
     fn reserve(&self) -> bool {
         let reserved = self.size.fetch_update(Relaxed, Relaxed, |size| {
             (size < self.max_size).then_some(size + 1)

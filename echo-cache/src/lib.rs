@@ -170,9 +170,12 @@
 //!   expires).
 //! - It lands as a miss's flight does: an invalidation or a put of the id
 //!   meanwhile wins, and the refreshed value is not installed.
-//! - If it fails (a loader error, a timeout, "not found" with no
-//!   `absent_ttl_ms`), the row is left to die at its expiry, and the next
-//!   fetch after that misses as it would have; it is not tried again.
+//! - If it fails (a loader error or panic, a timeout), a read may start it
+//!   again a quarter of `refresh_ms` later (at most 1 s later), until one
+//!   lands or the row dies: a failing loader is called at most once a
+//!   pause for each id read. A refresh told "not found" (with no
+//!   `absent_ttl_ms`) is not tried again: the row dies at its expiry, and
+//!   the next fetch misses as it would have.
 //! - Rows whose whole life is within `refresh_ms` (a remembered absence, a
 //!   value whose loader gave it a shorter TTL: see
 //!   [`Builder::loader_with_ttl`]) are not refreshed.

@@ -247,6 +247,10 @@ pub(crate) fn open<T: Cached>(decl: &'static Declaration, shared: &Shared) -> Op
 /// lost channel's grace.
 const VERIFY_CONCURRENCY: usize = 64;
 
+/// The longest pause before a failed refresh may be tried again
+/// ([`Table::refresh_retry`]).
+const REFRESH_RETRY_MAX_MS: u64 = 1_000;
+
 pub(crate) struct Table<T> {
     /// The table itself, for the tasks it spawns.
     me: Weak<Table<T>>,
@@ -295,7 +299,7 @@ impl<T: Cached> Table<T> {
         let live = self.rows.get(&pin, key, self.clock.now_ms())?;
         self.hits.incr(pin.index());
         if live.refresh {
-            self.refresh(key);
+            self.refresh(key, live.version);
         }
         Some(self.answer(key, live))
     }
@@ -306,7 +310,7 @@ impl<T: Cached> Table<T> {
     /// runtime the row is not refreshed, and dies as it would have.
     #[cold]
     #[inline(never)]
-    fn refresh(&self, key: u64) {
+    fn refresh(&self, key: u64, version: u64) {
         let runtime = self.runtime.clone().or_else(|| Handle::try_current().ok());
         let (Some(table), Some(runtime)) = (self.me.upgrade(), runtime) else {
             return;
@@ -329,8 +333,16 @@ impl<T: Cached> Table<T> {
         Counters::bump(&self.counters.running);
         let sender = sender.take().expect("a new flight's sender");
         let mut landing = Landing::new(table, key, token, sender);
-        landing.refresh = true;
+        landing.refreshing = Some(version);
         runtime.spawn(landing.launch());
+    }
+
+    /// How long after a failed refresh a read may start the row's refresh
+    /// again: a quarter of `refresh_ms`, at most 1 s, so that several tries
+    /// fit before the row dies, and a failing loader is called at most once
+    /// a pause for each id.
+    fn refresh_retry(&self) -> Duration {
+        Duration::from_millis((self.spec.refresh_ms / 4).clamp(1, REFRESH_RETRY_MAX_MS))
     }
 
     /// The answer of a live L1 row: its value, or the remembered absence.
@@ -1138,8 +1150,10 @@ struct Landing<T: Cached> {
     key: u64,
     token: u64,
     answer: watch::Sender<Answer<T>>,
-    /// A refresh ([`Table::refresh`]): it reads the loader, not L2.
-    refresh: bool,
+    /// A refresh ([`Table::refresh`]) of the row at this version: it reads
+    /// the loader, not L2, and if it fails, reads may start it again after
+    /// [`Table::refresh_retry`].
+    refreshing: Option<u64>,
     /// When it started, if its span or its metrics want its duration:
     /// reading the clock is not free.
     started: Option<Instant>,
@@ -1169,7 +1183,7 @@ impl<T: Cached> Landing<T> {
             key,
             token,
             answer,
-            refresh: false,
+            refreshing: None,
             started: timed.then(Instant::now),
             span,
         }
@@ -1192,7 +1206,8 @@ impl<T: Cached> Landing<T> {
         // Filled as the flight goes: still there if it times out.
         let mut fallback = Fallback::none();
         let resolved =
-            AssertUnwindSafe(table.resolve(self.key, self.refresh, &mut fallback)).catch_unwind();
+            AssertUnwindSafe(table.resolve(self.key, self.refreshing.is_some(), &mut fallback))
+                .catch_unwind();
         let deadline = table.load_timeout;
         let outcome = match tokio::time::timeout(deadline, resolved).await {
             Ok(Ok(outcome)) => outcome,
@@ -1202,14 +1217,24 @@ impl<T: Cached> Landing<T> {
                 after: deadline,
             }),
         };
-        self.land(outcome, fallback);
+        let ended = self.land(outcome, fallback);
+        if let Some(version) = self.refreshing
+            && ended.is_some_and(Ended::failed)
+        {
+            let (key, pause) = (self.key, table.refresh_retry());
+            let table = Arc::downgrade(&table);
+            drop(self);
+            tokio::time::sleep(pause).await;
+            if let Some(table) = table.upgrade() {
+                table.rows.rearm_refresh(key, version);
+            }
+        }
     }
 
-    /// Lands `outcome`, then tells the span and the flight histogram.
-    fn land(&mut self, outcome: Result<Loaded<T>, Error>, fallback: Fallback<T>) {
-        let Some(table) = self.table.take() else {
-            return;
-        };
+    /// Lands `outcome`, then tells the span and the flight histogram; how
+    /// the flight ended, unless it had landed already.
+    fn land(&mut self, outcome: Result<Loaded<T>, Error>, fallback: Fallback<T>) -> Option<Ended> {
+        let table = self.table.take()?;
         if let Err(error) = &outcome
             && !error.is_not_found()
         {
@@ -1217,7 +1242,7 @@ impl<T: Cached> Landing<T> {
         }
         let ended = table.land(self.key, self.token, outcome, fallback, &self.answer);
         let Some(took) = self.started.map(|started| started.elapsed()) else {
-            return;
+            return Some(ended);
         };
         if let Some(source) = ended.source() {
             self.span.record("source", source);
@@ -1227,6 +1252,7 @@ impl<T: Cached> Landing<T> {
         tracing::debug!(parent: &self.span, "flight landed");
         #[cfg(feature = "metrics")]
         table.metrics.flight(ended.metric(), took);
+        Some(ended)
     }
 }
 
@@ -1246,6 +1272,15 @@ enum Ended {
 }
 
 impl Ended {
+    /// The loader failed, timed out or crashed (whether or not an expired
+    /// value answered instead).
+    fn failed(self) -> bool {
+        matches!(
+            self,
+            Ended::Stale | Ended::LoadTimeout | Ended::LoadError | Ended::Crashed
+        )
+    }
+
     fn of<T>(outcome: &Result<Fetched<T>, Error>) -> Ended {
         match outcome {
             Ok(fetched) if fetched.source() == Source::L2 => Ended::L2,

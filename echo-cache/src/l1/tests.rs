@@ -11,7 +11,11 @@ fn rows<T>(max_size: usize) -> Rows<T> {
 }
 
 fn table<T>(max_size: usize, eviction: Eviction) -> Rows<T> {
-    let spec = crate::directory::SpecParts {
+    Rows::new(&parts(max_size, eviction).build())
+}
+
+fn parts(max_size: usize, eviction: Eviction) -> crate::directory::SpecParts {
+    crate::directory::SpecParts {
         name: "rows",
         type_name: "Rows",
         kind: "ROW",
@@ -29,8 +33,6 @@ fn table<T>(max_size: usize, eviction: Eviction) -> Rows<T> {
         eviction,
         fingerprint: 0,
     }
-    .build();
-    Rows::new(&spec)
 }
 
 fn row(value: u64, version: u64, expires_at: u64) -> Row<u64> {
@@ -40,6 +42,30 @@ fn row(value: u64, version: u64, expires_at: u64) -> Row<u64> {
         expires_at,
         refreshable: true,
     }
+}
+
+#[test]
+fn a_failed_refresh_is_rearmed_only_on_its_own_row() {
+    let spec = crate::directory::SpecParts {
+        refresh_ms: Some(200),
+        ..parts(100, Eviction::None)
+    }
+    .build();
+    let rows = Rows::new(&spec);
+    let due = |rows: &Rows<u64>| rows.get(&epoch::pin(), 7, 850).expect("alive").refresh;
+    assert!(rows.insert(7, row(7, 1, 1_000), 0).is_ok());
+    assert!(due(&rows), "the first read of a due row starts its refresh");
+    assert!(!due(&rows), "one refresh at a time");
+    rows.rearm_refresh(7, 2);
+    assert!(
+        !due(&rows),
+        "another version's failure leaves the row alone"
+    );
+    rows.rearm_refresh(7, 1);
+    assert!(
+        due(&rows),
+        "after its own refresh failed, a read starts it again"
+    );
 }
 
 /// (value, version) of the live row of `key` at `now`.

@@ -311,7 +311,9 @@ impl<T: Cached> Table<T> {
                     let filled = self.fill(key, &version, value, u64::MAX, over_bad[i]);
                     (i, filled.await)
                 }),
-                None => landings[i].land(Err(self.not_found(key)), take(&mut fallbacks[i])),
+                None => {
+                    landings[i].land(Err(self.not_found(key)), take(&mut fallbacks[i]));
+                }
             }
         }
         while let Some((i, filled)) = fills.next().await {
