@@ -82,16 +82,42 @@ impl<T> Fallback<T> {
 /// A table's grace and the ids whose loader failed lately.
 pub(crate) struct Failsafe {
     grace_ms: u64,
+    failing: Mutex<Failing>,
+}
+
+/// The ids whose loader failed lately.
+#[derive(Default)]
+struct Failing {
     /// By id: until when (on the table's clock) the loader is not called
     /// again, and the error it answered.
-    failing: Mutex<HashMap<u64, (u64, Error)>>,
+    ids: HashMap<u64, (u64, Error)>,
+    /// The size at which a failure first forgets the backoffs that are
+    /// over: the sweeper does too, but a long `sweep_ms` must not let a
+    /// store that fails under many ids grow the map for that long.
+    prune_at: usize,
+}
+
+/// The least [`Failing::prune_at`].
+const PRUNE_FROM: usize = 1_024;
+
+impl Failing {
+    fn prune(&mut self, now: u64) {
+        if !self.ids.is_empty() {
+            self.ids.retain(|_, (until, _)| now < *until);
+        }
+        // Twice what is left: pruning costs a constant per failure.
+        self.prune_at = (2 * self.ids.len()).max(PRUNE_FROM);
+    }
 }
 
 impl Failsafe {
     pub(crate) fn new(grace_ms: u64) -> Failsafe {
         Failsafe {
             grace_ms,
-            failing: Mutex::new(HashMap::new()),
+            failing: Mutex::new(Failing {
+                ids: HashMap::new(),
+                prune_at: PRUNE_FROM,
+            }),
         }
     }
 
@@ -111,7 +137,7 @@ impl Failsafe {
         matches!(error, Error::Load { .. } | Error::LoadTimeout { .. })
     }
 
-    fn failing(&self) -> std::sync::MutexGuard<'_, HashMap<u64, (u64, Error)>> {
+    fn failing(&self) -> std::sync::MutexGuard<'_, Failing> {
         self.failing.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -119,7 +145,7 @@ impl Failsafe {
     /// before `now`, if it did.
     pub(crate) fn backing_off(&self, key: u64, now: u64) -> Option<Error> {
         let failing = self.failing();
-        let (until, error) = failing.get(&key)?;
+        let (until, error) = failing.ids.get(&key)?;
         (now < *until).then(|| error.clone())
     }
 
@@ -128,14 +154,18 @@ impl Failsafe {
     pub(crate) fn landed<T>(&self, key: u64, now: u64, outcome: &Result<Fetched<T>, Error>) {
         match outcome {
             Err(error) if Failsafe::covers(error) => {
-                self.failing()
-                    .insert(key, (now.saturating_add(self.backoff()), error.clone()));
+                let mut failing = self.failing();
+                if failing.ids.len() >= failing.prune_at {
+                    failing.prune(now);
+                }
+                let until = now.saturating_add(self.backoff());
+                failing.ids.insert(key, (until, error.clone()));
             }
             Ok(fetched) if fetched.source() == Source::Stale => {}
             Ok(_) | Err(Error::NotFound { .. }) => {
                 let mut failing = self.failing();
-                if !failing.is_empty() {
-                    failing.remove(&key);
+                if !failing.ids.is_empty() {
+                    failing.ids.remove(&key);
                 }
             }
             Err(_) => {}
@@ -144,9 +174,32 @@ impl Failsafe {
 
     /// Forgets the failures whose backoff is over.
     pub(crate) fn prune(&self, now: u64) {
-        let mut failing = self.failing();
-        if !failing.is_empty() {
-            failing.retain(|_, (until, _)| now < *until);
+        self.failing().prune(now);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failures_forget_the_backoffs_that_are_over_without_the_sweeper() {
+        let failsafe = Failsafe::new(100);
+        let failed: Result<Fetched<()>, Error> = Err(Error::LoadTimeout {
+            table: "t",
+            after: std::time::Duration::from_millis(1),
+        });
+        // Ten backoffs in a row, 5,000 new ids failing in each.
+        for round in 0..10u64 {
+            for i in 0..5_000 {
+                failsafe.landed(round << 32 | i, round * 100, &failed);
+            }
         }
+        let held = failsafe.failing().ids.len();
+        assert!(held < 3 * 5_000, "{held} failures held");
+        assert!(
+            failsafe.backing_off(9 << 32, 900).is_some(),
+            "the last kept"
+        );
     }
 }
