@@ -1,5 +1,6 @@
-//! Per-entry TTL: a loader given with `Builder::loader_with_ttl` says how
-//! long each value may live; its L1 row and its L2 key live no longer, and
+//! Per-entry TTL: a loader given with `Builder::loader_with_ttl` (or a
+//! batch loader with `Builder::loader_many_with_ttl`) says how long each
+//! value may live; its L1 row and its L2 key live no longer, and
 //! never longer than the declared `ttl_ms`.
 //!
 //! L1 expiry is on a [`Clock::manual`]: rows die when the test moves the
@@ -186,6 +187,45 @@ mod l2 {
             source(&reader, id).await,
             Source::Hit,
             "the row outlived its L2 frame"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_batch_loaders_ttl_bounds_the_row_and_the_l2_key() {
+        let server = RedisServer::start();
+        let clock = Clock::manual();
+        let ttl = Duration::from_secs(5);
+        let cache = builder(&clock, Duration::from_secs(3_600))
+            .loader_many_with_ttl(move |ids: Vec<Id<Shared>>| async move {
+                let found = ids
+                    .into_iter()
+                    .map(|id| (id, (Shared { n: id.payload() }, ttl)));
+                Ok::<_, std::io::Error>(found.collect::<Vec<_>>())
+            })
+            .l2(server.url())
+            .l2_timeout(Duration::from_secs(2))
+            .build()
+            .expect("a cache");
+        let ids: Vec<Id<Shared>> = (0..4).map(|_| Id::mint()).collect();
+        for fetched in cache.fetch_many(ids.iter().copied()).await {
+            assert_eq!(fetched.expect("found").source(), Source::Fill);
+        }
+        assert_eq!(cache.stats::<Shared>().fills, 4);
+        for &id in &ids {
+            let left = pttl(&server, id).await;
+            assert!(
+                (1_000..=5_000).contains(&left),
+                "PTTL {left}: not within 5 s"
+            );
+        }
+
+        clock.advance(Duration::from_millis(4_999));
+        assert_eq!(source(&cache, ids[0]).await, Source::Hit);
+        clock.advance(Duration::from_millis(1));
+        assert_ne!(
+            source(&cache, ids[0]).await,
+            Source::Hit,
+            "lived past its TTL"
         );
     }
 

@@ -851,7 +851,7 @@ impl Builder {
     /// # }
     /// ```
     #[must_use]
-    pub fn loader_many<T, F, Fut, R, E>(mut self, load: F) -> Builder
+    pub fn loader_many<T, F, Fut, R, E>(self, load: F) -> Builder
     where
         T: Cached,
         F: Fn(Vec<Id<T>>) -> Fut + Send + Sync + 'static,
@@ -859,7 +859,62 @@ impl Builder {
         R: IntoIterator<Item = (Id<T>, T)>,
         E: Into<BoxError> + 'static,
     {
-        let batch = table::batch_loader(load);
+        self.batch_loader(table::batch_loader(load))
+    }
+
+    /// Sets the batch loader of `T`, like [`loader_many`](Self::loader_many),
+    /// for values that come with their own TTL, as with
+    /// [`loader_with_ttl`](Self::loader_with_ttl): each found value is
+    /// answered as `(id, (value, ttl))`, and its L1 row and L2 key live no
+    /// longer than `ttl` (nor than the table's `ttl_ms`), on every node that
+    /// reads it.
+    ///
+    /// ```standalone_crate
+    /// use std::collections::HashMap;
+    /// use std::time::Duration;
+    /// use echo_cache::{near_cache, Cache, Clock, Id, Source};
+    ///
+    /// #[near_cache(kind = "SES", ttl_ms = 3_600_000, jitter = 0.0)]
+    /// #[derive(serde::Serialize, serde::Deserialize)]
+    /// struct Session { user: String }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), echo_cache::Error> {
+    /// let clock = Clock::manual();
+    /// let cache = Cache::builder()
+    ///     .clock(clock.clone())
+    ///     .loader_many_with_ttl(|ids: Vec<Id<Session>>| async move {
+    ///         // Each session ends 5 minutes from now: cache it no longer.
+    ///         let left = Duration::from_secs(300);
+    ///         let found: HashMap<Id<Session>, (Session, Duration)> = (ids.into_iter())
+    ///             .map(|id| (id, (Session { user: "ada".into() }, left)))
+    ///             .collect();
+    ///         Ok::<_, std::io::Error>(found)
+    ///     })
+    ///     .build()?;
+    /// let ids = [Id::<Session>::mint(), Id::<Session>::mint()];
+    /// cache.fetch_many(ids).await;
+    /// clock.advance(Duration::from_secs(299));
+    /// assert_eq!(cache.fetch(ids[0]).await?.source(), Source::Hit);
+    /// clock.advance(Duration::from_secs(1)); // their 5 minutes are up
+    /// assert_eq!(cache.fetch(ids[0]).await?.source(), Source::Fill);
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn loader_many_with_ttl<T, F, Fut, R, E>(self, load: F) -> Builder
+    where
+        T: Cached,
+        F: Fn(Vec<Id<T>>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<R, E>> + Send + 'static,
+        R: IntoIterator<Item = (Id<T>, (T, Duration))>,
+        E: Into<BoxError> + 'static,
+    {
+        self.batch_loader(table::batch_loader_with_ttl(load))
+    }
+
+    /// Sets `batch` as `T`'s batch loader.
+    fn batch_loader<T: Cached>(mut self, batch: table::BatchLoader<T>) -> Builder {
         self.batch_loaders
             .insert(TypeId::of::<T>(), Box::new(batch));
         // It undoes a `without_loader::<T>()`, as `loader` does.

@@ -96,7 +96,8 @@
 //! session's remaining lifetime): a loader given with
 //! [`Builder::loader_with_ttl`] answers `Ok(Some((value, ttl)))`, and the
 //! value's L1 row and L2 key live no longer than `ttl`, on every node that
-//! reads it ([`Cache::put_with_ttl`] for a written value).
+//! reads it ([`Cache::put_with_ttl`] for a written value,
+//! [`Builder::loader_many_with_ttl`] for a batch loader's values).
 //!
 //! Every declared table is in every cache, and [`Builder::build`] refuses a
 //! cache in which a table has neither ([`Error::MissingLoader`], naming the

@@ -62,7 +62,7 @@ use crate::stats::{Counters, Stats, Striped};
 
 mod batch;
 
-pub(crate) use batch::{BatchLoader, batch_loader};
+pub(crate) use batch::{BatchLoader, batch_loader, batch_loader_with_ttl};
 
 /// A type-erased loader of `T`: the value found, and how long it may live
 /// if the loader says ([`Builder::loader_with_ttl`](crate::Builder::loader_with_ttl)).

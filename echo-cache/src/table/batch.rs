@@ -26,6 +26,7 @@ use tokio::sync::watch;
 use tracing::Instrument;
 
 use super::{Answer, Detachable, Joining, Landing, Loaded, Loader, Table, panic_message};
+use crate::clock::millis;
 use crate::error::{BoxError, Error};
 use crate::fetched::{Fetched, Source};
 use crate::id::{Id, RawId};
@@ -34,9 +35,14 @@ use crate::mint::Minter;
 use crate::spec::Cached;
 use crate::stale::Fallback;
 
-/// A type-erased batch loader of `T`: the values it found, by id.
+/// A type-erased batch loader of `T`: the values it found, by id, each
+/// with how long it may live if the loader says
+/// ([`Builder::loader_many_with_ttl`](crate::Builder::loader_many_with_ttl)).
 pub(crate) type BatchLoader<T> =
-    Arc<dyn Fn(Vec<Id<T>>) -> BoxFuture<'static, Result<Vec<(Id<T>, T)>, BoxError>> + Send + Sync>;
+    Arc<dyn Fn(Vec<Id<T>>) -> BoxFuture<'static, Result<Vec<Answered<T>>, BoxError>> + Send + Sync>;
+
+/// A value a batch loader found: its id, the value, its TTL if it has one.
+pub(crate) type Answered<T> = (Id<T>, T, Option<Duration>);
 
 /// `load` as a [`BatchLoader<T>`] (see
 /// [`Builder::loader_many`](crate::Builder::loader_many)).
@@ -48,11 +54,37 @@ where
     R: IntoIterator<Item = (Id<T>, T)>,
     E: Into<BoxError> + 'static,
 {
+    batch_of(load, |(id, value)| (id, value, None))
+}
+
+/// `load`, whose values come with their TTLs, as a [`BatchLoader<T>`] (see
+/// [`Builder::loader_many_with_ttl`](crate::Builder::loader_many_with_ttl)).
+pub(crate) fn batch_loader_with_ttl<T, F, Fut, R, E>(load: F) -> BatchLoader<T>
+where
+    T: Cached,
+    F: Fn(Vec<Id<T>>) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<R, E>> + Send + 'static,
+    R: IntoIterator<Item = (Id<T>, (T, Duration))>,
+    E: Into<BoxError> + 'static,
+{
+    batch_of(load, |(id, (value, ttl))| (id, value, Some(ttl)))
+}
+
+/// `load` as a [`BatchLoader<T>`], each of its answers made an
+/// [`Answered`] by `answered`.
+fn batch_of<T, F, Fut, R, E>(load: F, answered: fn(R::Item) -> Answered<T>) -> BatchLoader<T>
+where
+    T: Cached,
+    F: Fn(Vec<Id<T>>) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<R, E>> + Send + 'static,
+    R: IntoIterator<Item: 'static>,
+    E: Into<BoxError> + 'static,
+{
     Arc::new(move |ids| {
         load(ids)
-            .map(|found| {
-                found
-                    .map(|found| found.into_iter().collect())
+            .map(move |answer| {
+                answer
+                    .map(|answer| answer.into_iter().map(answered).collect())
                     .map_err(Into::into)
             })
             .boxed()
@@ -65,8 +97,8 @@ pub(crate) fn single<T: Cached>(batch: &BatchLoader<T>) -> Loader<T> {
     Arc::new(move |id| {
         let found = batch(vec![id]);
         async move {
-            let found = found.await?.into_iter().find(|(found, _)| *found == id);
-            Ok(found.map(|(_, value)| (value, None)))
+            let found = found.await?.into_iter().find(|(found, ..)| *found == id);
+            Ok(found.map(|(_, value, ttl)| (value, ttl)))
         }
         .boxed()
     })
@@ -281,14 +313,14 @@ impl<T: Cached> Table<T> {
             .iter()
             .map(|_| Minter::global().mint_raw(T::KIND))
             .collect();
-        let mut found: HashMap<u64, T, FixedState> = match batch(ids).await {
+        let mut found: HashMap<u64, (T, Option<Duration>), FixedState> = match batch(ids).await {
             Ok(found) => {
                 let mut by_key =
                     HashMap::with_capacity_and_hasher(found.len(), FixedState::default());
-                for (id, value) in found {
+                for (id, value, ttl) in found {
                     // The first value of an id answered twice; ids not
                     // asked for are left out.
-                    by_key.entry(id.payload()).or_insert(value);
+                    by_key.entry(id.payload()).or_insert((value, ttl));
                 }
                 by_key
             }
@@ -307,8 +339,9 @@ impl<T: Cached> Table<T> {
         for (&i, version) in rest.iter().zip(versions) {
             let key = landings[i].key;
             match found.remove(&key) {
-                Some(value) => fills.push(async move {
-                    let filled = self.fill(key, &version, value, u64::MAX, over_bad[i]);
+                Some((value, ttl)) => fills.push(async move {
+                    let life_ms = ttl.map_or(u64::MAX, millis);
+                    let filled = self.fill(key, &version, value, life_ms, over_bad[i]);
                     (i, filled.await)
                 }),
                 None => {
