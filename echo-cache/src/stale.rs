@@ -86,7 +86,6 @@ pub(crate) struct Failsafe {
 }
 
 /// The ids whose loader failed lately.
-#[derive(Default)]
 struct Failing {
     /// By id: until when (on the table's clock) the loader is not called
     /// again, and the error it answered.
