@@ -725,11 +725,9 @@ impl<T> Rows<T> {
         let Some(array) = shard.array(&tally) else {
             return;
         };
-        let (slot, i) = array.probe_index(key, hash);
-        let row = slot.key.load(Relaxed) == key
-            && is_row(slot.value.load(Relaxed))
-            && slot.version.load(Relaxed) == version;
-        if row {
+        let (i, found) = array.find(key, hash);
+        let slot = &array.slots()[i];
+        if found && is_row(slot.value.load(Relaxed)) && slot.version.load(Relaxed) == version {
             array.marks()[i].fetch_and(!REFRESHING, Relaxed);
         }
     }
