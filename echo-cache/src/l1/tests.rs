@@ -303,11 +303,15 @@ fn a_scan_through_probation_evicts_a_row_a_shard() {
     let old: Vec<u64> = (1_000_000..).step_by(7).take(1_024).collect();
     // As many one-off ids as the table holds: each shard gives its clock's
     // victim to its first, then each takes the place of the one before.
-    // (A one-off passes for an id asked for twice only if its counters
-    // collide: rare in a sketch sized for 64 rows a shard.)
-    for key in (1 << 40..).take(1_024) {
-        assert!(rows.insert(key, row(key, 1, 100), 0).is_ok());
-    }
+    // A one-off passes for an id asked for twice only if its four counters
+    // collide with others' (rare in a sketch sized for 64 rows a shard:
+    // with the hasher's random seed, one of the 1,024 in about one run in
+    // seven); it then meets the admission test and is served, not kept.
+    let declined = (1 << 40..)
+        .take(1_024)
+        .filter(|&key| rows.insert(key, row(key, 1, 100), 0).is_err())
+        .count();
+    assert!(declined <= 3, "{declined} one-offs passed for asked-twice");
     let kept = old.iter().filter(|&&key| read(&rows, key, 0).is_some());
     assert!(
         kept.count() >= 1_024 - 16 - 4,
