@@ -53,6 +53,8 @@
 //!     pub revoked: bool,
 //! }
 //!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), echo_cache::Error> {
 //! let names: Vec<&str> = echo_cache::declared().iter().map(|spec| spec.name()).collect();
 //! assert!(names.contains(&"cm_games") && names.contains(&"cm_sessions"));
 //!
@@ -60,8 +62,6 @@
 //! let spec = echo_cache::spec("cm_games").unwrap();
 //! assert_eq!(echo_cache::keyspace::prefix(spec), "ecc:{cm_games}:");
 //!
-//! # #[tokio::main(flavor = "current_thread")]
-//! # async fn main() -> Result<(), echo_cache::Error> {
 //! // Sessions have no loader yet: the cache is refused, naming the table.
 //! let refused = Cache::builder().build().unwrap_err();
 //! assert!(matches!(refused, Error::MissingLoader { .. }) && refused.to_string().contains("cm_sessions"));
