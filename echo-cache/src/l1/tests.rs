@@ -207,6 +207,35 @@ fn removed_values_are_dropped_once_no_reader_can_hold_them() {
     assert_eq!(kept.map(|v| (*v, Arc::strong_count(&v))), Some((3, 1)));
 }
 
+#[test]
+#[cfg_attr(
+    miri,
+    ignore = "no unsafe code; too slow at a size that measures a spread"
+)]
+fn ids_in_sequence_spread_over_every_shard_whatever_the_seed() {
+    // Counters, snowflakes (a millisecond apart, or one worker's sequence)
+    // and round numbers: a full table evicts per shard, so a shard that
+    // takes too many of them evicts its own rows while others have room.
+    let ids = 1_600;
+    let fair = ids / SHARDS;
+    for _seed in 0..20 {
+        let rows = rows::<u64>(1_000);
+        for stride in [1, 3, 1 << 22, 1_000, 1_000_000_000] {
+            let mut per_shard = [0; SHARDS];
+            for key in (0..ids as u64).map(|i| (1 << 50) + i * stride) {
+                let shard = rows.locate(key).0;
+                per_shard[rows.shards.iter().position(|s| ptr::eq(s, shard)).unwrap()] += 1;
+            }
+            assert!(
+                per_shard
+                    .iter()
+                    .all(|&n| n > fair * 2 / 5 && n < fair * 8 / 5),
+                "stride {stride}: {per_shard:?}"
+            );
+        }
+    }
+}
+
 /// `n` keys of the shard of `key`, `key` first.
 fn shard_mates<T>(rows: &Rows<T>, key: u64, n: usize) -> Vec<u64> {
     let shard = rows.locate(key).0;
