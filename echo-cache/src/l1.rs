@@ -88,10 +88,11 @@
 //!
 //! A table that declares `refresh_ms` wants its rows reloaded before they
 //! die. A hit already holds the row's expiry and `now`: if less than
-//! `refresh_ms` remain, it tells its caller ([`Live::refresh`]) once per
-//! row, by setting a second bit of the row's mark ([`REFRESHING`]) with a
-//! plain store, as for the read bit. Rows not due cost one more compare.
-//! A new row starts with the bit clear, unless its whole life is within
+//! `refresh_ms` remain, it has its caller start the refresh once per row,
+//! by setting a second bit of the row's mark ([`REFRESHING`]) with a plain
+//! store, as for the read bit. A hit tells a row due, or one to mark
+//! read, with one compare ([`Shard::watch_ms`]); all else is out of its
+//! line. A new row starts with the bit clear, unless its whole life is within
 //! `refresh_ms` (an absence, a value the loader gave a short TTL): those
 //! are never refreshed. The bit is a filter, not a lock: two readers may
 //! both see it clear (the table's flight registry keeps it to one flight
@@ -111,9 +112,7 @@ use crate::spec::{Eviction, TableSpec};
 mod evict;
 
 use crate::sync::Ordering::{Acquire, Relaxed, Release};
-use crate::sync::{
-    AtomicBool, AtomicPtr, AtomicU8, AtomicU64, AtomicUsize, Mutex, MutexGuard, fence,
-};
+use crate::sync::{AtomicPtr, AtomicU8, AtomicU64, AtomicUsize, Mutex, MutexGuard, fence};
 use evict::{Probation, Room};
 
 /// foldhash's `quality` flavour: one more multiply than `fast`, whose top
@@ -169,9 +168,6 @@ pub(crate) struct Row<T> {
 pub(crate) struct Live<T> {
     pub(crate) value: Option<Arc<T>>,
     pub(crate) version: u64,
-    /// The row is due for refresh and this read is the first to see it:
-    /// the caller starts the refresh.
-    pub(crate) refresh: bool,
 }
 
 /// A row's mark, its top bit: its refresh was started, or it is not to be
@@ -279,16 +275,20 @@ struct Shard<T> {
     /// row.
     array: AtomicPtr<Slot<T>>,
     writer: Mutex<Tally>,
-    /// The table's `refresh_ms`, here for readers: on the line of `array`,
-    /// which a hit loads anyway.
-    refresh_ms: u64,
-    /// Whether hits mark their rows read: once the table is three quarters
-    /// full ([`Eviction::Hot`]), so that the rows read lately are marked
-    /// when it fills and the clock hand starts to look at marks. Before, a
-    /// hit spares itself the mark's cache line (a load after the value's
-    /// locked increment: a tenth of a hit's time).
-    marking: AtomicBool,
+    /// How close to its expiry a hit looks at its row's mark: the table's
+    /// `refresh_ms` (0, refresh off: never, for a live row), or
+    /// [`MARKING`] once hits mark the rows they read (always). One load and
+    /// one compare on the hit path for both, on the line of `array`, which
+    /// a hit loads anyway.
+    watch_ms: AtomicU64,
 }
+
+/// [`Shard::watch_ms`] while hits mark their rows read: once the table is
+/// three quarters full ([`Eviction::Hot`]), so that the rows read lately
+/// are marked when it fills and the clock hand starts to look at marks.
+/// Before, a hit spares itself the mark's cache line (a load after the
+/// value's locked increment: a tenth of a hit's time).
+const MARKING: u64 = u64::MAX;
 
 pub(crate) struct Rows<T> {
     shards: [Shard<T>; SHARDS],
@@ -311,7 +311,7 @@ pub(crate) struct Rows<T> {
     /// How long before its expiry a read starts a row's refresh (0: never).
     refresh_ms: u64,
     /// The size from which hits mark the rows they read (see
-    /// [`Shard::marking`]): three quarters of `max_size`, so that the rows
+    /// [`MARKING`]): three quarters of `max_size`, so that the rows
     /// read as the table fills are marked when its hand first turns.
     marking_from: usize,
 }
@@ -533,16 +533,43 @@ fn moved_hand(hand: usize, from: usize, to: usize) -> usize {
     usize::try_from(moved).expect("below `to`")
 }
 
-/// Whether a read of a row due for refresh, whose mark it saw as `seen`,
-/// is the first to see it: then it sets the row's [`REFRESHING`] bit.
+/// A hit's look at the mark of its `live` row ([`Shard::watch_ms`]), out
+/// of the hit's line (a half-full table without refresh never comes here):
+/// marks the row read for the clock hand if hits mark (a load; a store once
+/// per turn of the hand), and calls `start_refresh` with its version if it
+/// is `due` and this read is the first to see it, which sets its
+/// [`REFRESHING`] bit. Takes `live` and gives it back so that the hit holds
+/// nothing across the call, which it would keep in memory in case
+/// `start_refresh` unwinds.
 #[cold]
 #[inline(never)]
-fn start_refresh(mark: &AtomicU8, seen: u8) -> bool {
-    if seen & REFRESHING != 0 {
-        return false;
+fn watched<T>(
+    live: Live<T>,
+    mark: &AtomicU8,
+    marking: bool,
+    due: bool,
+    start_refresh: impl FnOnce(u64),
+) -> Live<T> {
+    let seen = mark.load(Relaxed);
+    let refresh = due && seen & REFRESHING == 0;
+    let read = if marking || refresh {
+        evict::READ
+    } else {
+        seen & !REFRESHING
+    };
+    let wanted = read
+        | if refresh {
+            REFRESHING
+        } else {
+            seen & REFRESHING
+        };
+    if wanted != seen {
+        mark.store(wanted, Relaxed);
     }
-    mark.store(evict::READ | REFRESHING, Relaxed);
-    true
+    if refresh {
+        start_refresh(live.version);
+    }
+    live
 }
 
 /// The shard of a hash: its top bits.
@@ -583,8 +610,7 @@ impl<T> Rows<T> {
             shards: std::array::from_fn(|_| Shard {
                 array: AtomicPtr::new(ptr::null_mut()),
                 writer: Mutex::new(Tally::default()),
-                refresh_ms: spec.refresh_ms,
-                marking: AtomicBool::new(false),
+                watch_ms: AtomicU64::new(spec.refresh_ms),
             }),
             hasher: Hasher::default(),
             garbage: Garbage::new(),
@@ -612,10 +638,18 @@ impl<T> Rows<T> {
     }
 
     /// The row of `key` if it is alive at `now`. A row caught mid-write
-    /// reads as a miss.
+    /// reads as a miss. If the row is due for refresh and this read is the
+    /// first to see it, calls `refresh` with the row's version first (see
+    /// [Refresh-ahead](self#refresh-ahead)).
     #[allow(clippy::inline_always)] // the hot path: see `Fetch::poll`
     #[inline(always)]
-    pub(crate) fn get(&self, _pin: &Pin, key: u64, now: u64) -> Option<Live<T>> {
+    pub(crate) fn get(
+        &self,
+        _pin: &Pin,
+        key: u64,
+        now: u64,
+        refresh: impl FnOnce(u64),
+    ) -> Option<Live<T>> {
         let (shard, hash) = self.locate(key);
         // SAFETY: the pin keeps a published array allocated.
         let array = unsafe { Array::from_tagged(shard.array.load(Acquire)) }?;
@@ -651,28 +685,19 @@ impl<T> Rows<T> {
                 Arc::from_raw(value)
             }
         });
-        // With refresh off (0) never true: the row is alive at `now`.
-        let due = now.saturating_add(shard.refresh_ms) >= expires_at;
-        let marking = shard.marking.load(Relaxed);
-        let mut refresh = false;
-        if marking || due {
-            // Read: mark the row for the clock hand, unless it is marked (a
-            // load; a store once per turn of the hand). After the count's
-            // increment, which (a locked instruction on x86) would otherwise
-            // wait for this load's cache line.
+        let live = Live { value, version };
+        // The row's time left (`now < expires_at`, above).
+        let left = expires_at - now;
+        let watch_ms = shard.watch_ms.load(Relaxed);
+        if left <= watch_ms {
+            // After the count's increment, which (a locked instruction on
+            // x86) would otherwise wait for the mark's cache line.
             // SAFETY: `i < capacity`, the marks' count.
             let mark = unsafe { array.marks().get_unchecked(i) };
-            let seen = mark.load(Relaxed);
-            if marking && seen & !REFRESHING != evict::READ {
-                mark.store(evict::READ | (seen & REFRESHING), Relaxed);
-            }
-            refresh = due && start_refresh(mark, seen);
+            let due = left <= self.refresh_ms;
+            return Some(watched(live, mark, watch_ms == MARKING, due, refresh));
         }
-        Some(Live {
-            value,
-            version,
-            refresh,
-        })
+        Some(live)
     }
 
     /// The mark a new row starts with: [`REFRESHING`] if it is not to be
@@ -711,7 +736,6 @@ impl<T> Rows<T> {
         Some(Live {
             value: Some(value),
             version: slot.version.load(Relaxed),
-            refresh: false,
         })
     }
 

@@ -296,11 +296,11 @@ impl<T: Cached> Table<T> {
     #[inline(always)]
     pub(crate) fn hit(&self, key: u64) -> Option<Result<Fetched<T>, Error>> {
         let pin = epoch::pin();
-        let live = self.rows.get(&pin, key, self.clock.now_ms())?;
+        let now = self.clock.now_ms();
+        let live = self
+            .rows
+            .get(&pin, key, now, |version| self.refresh(key, version))?;
         self.hits.incr(pin.index());
-        if live.refresh {
-            self.refresh(key, live.version);
-        }
         Some(self.answer(key, live))
     }
 

@@ -9,7 +9,7 @@
 use std::collections::VecDeque;
 use std::hash::BuildHasher;
 
-use super::{Array, REFRESHING, Rows, SHARDS, Tally, is_row, tombstone};
+use super::{Array, MARKING, REFRESHING, Rows, SHARDS, Tally, is_row, tombstone};
 use crate::sketch::Sketch;
 use crate::spec::Eviction;
 use crate::sync::Ordering::Relaxed;
@@ -233,11 +233,11 @@ impl<T> Rows<T> {
     }
 
     /// Has hits mark the rows they read, in every shard (see
-    /// `Shard::marking`).
+    /// [`MARKING`]).
     pub(super) fn start_marking(&self) {
         for shard in &self.shards {
-            if !shard.marking.load(Relaxed) {
-                shard.marking.store(true, Relaxed);
+            if shard.watch_ms.load(Relaxed) != MARKING {
+                shard.watch_ms.store(MARKING, Relaxed);
             }
         }
     }

@@ -52,7 +52,13 @@ fn a_failed_refresh_is_rearmed_only_on_its_own_row() {
     }
     .build();
     let rows = Rows::new(&spec);
-    let due = |rows: &Rows<u64>| rows.get(&epoch::pin(), 7, 850).expect("alive").refresh;
+    // The version of the row whose refresh this read starts, if it does.
+    let due = |rows: &Rows<u64>| {
+        let mut started = None;
+        let live = rows.get(&epoch::pin(), 7, 850, |version| started = Some(version));
+        assert_eq!(live.expect("alive").version, 1);
+        started.is_some_and(|version| version == 1)
+    };
     assert!(rows.insert(7, row(7, 1, 1_000), 0).is_ok());
     assert!(due(&rows), "the first read of a due row starts its refresh");
     assert!(!due(&rows), "one refresh at a time");
@@ -70,7 +76,7 @@ fn a_failed_refresh_is_rearmed_only_on_its_own_row() {
 
 /// (value, version) of the live row of `key` at `now`.
 fn read(rows: &Rows<u64>, key: u64, now: u64) -> Option<(Option<u64>, u64)> {
-    let live = rows.get(&epoch::pin(), key, now)?;
+    let live = rows.get(&epoch::pin(), key, now, |_| ())?;
     Some((live.value.map(|v| *v), live.version))
 }
 
@@ -202,7 +208,9 @@ fn removed_values_are_dropped_once_no_reader_can_hold_them() {
     }
     assert_eq!(Arc::strong_count(&value), 1);
     assert_eq!(Arc::strong_count(&replaced), 1);
-    let kept = rows.get(&epoch::pin(), 2, 0).and_then(|live| live.value);
+    let kept = rows
+        .get(&epoch::pin(), 2, 0, |_| ())
+        .and_then(|live| live.value);
     drop(rows);
     assert_eq!(kept.map(|v| (*v, Arc::strong_count(&v))), Some((3, 1)));
 }
@@ -567,7 +575,7 @@ fn readers_see_whole_rows_while_writers_rewrite_and_free_them() {
             s.spawn(move || {
                 while finished.load(Relaxed) < 2 {
                     for key in 0..KEYS {
-                        if let Some(live) = rows.get(&epoch::pin(), key, 0) {
+                        if let Some(live) = rows.get(&epoch::pin(), key, 0, |_| ()) {
                             let word = live.value.expect("rows with values only");
                             word.assert_whole(key, live.version);
                         }
@@ -622,7 +630,7 @@ fn readers_see_whole_rows_while_a_full_table_evicts() {
             s.spawn(move || {
                 while finished.load(Relaxed) < 2 {
                     for key in 0..KEYS {
-                        if let Some(live) = rows.get(&epoch::pin(), key, 0) {
+                        if let Some(live) = rows.get(&epoch::pin(), key, 0, |_| ()) {
                             let word = live.value.expect("rows with values only");
                             word.assert_whole(key, live.version);
                         }
@@ -672,7 +680,7 @@ fn a_rebuild_frees_the_old_array_once_the_reader_pinned_on_it_unpins() {
         let (rows, keys, read, unpin, done) = (&rows, &keys, &read, &unpin, &done);
         s.spawn(move || {
             let pin = epoch::pin();
-            assert!(rows.get(&pin, keys[0], 0).is_some());
+            assert!(rows.get(&pin, keys[0], 0, |_| ()).is_some());
             read.store(true, Relaxed);
             wait(unpin);
             drop(pin);
@@ -795,7 +803,7 @@ mod model {
         let rows = Arc::clone(rows);
         loom::thread::spawn(move || {
             let pin = epoch::pin();
-            let Some(live) = rows.get(&pin, key, 0) else {
+            let Some(live) = rows.get(&pin, key, 0, |_| ()) else {
                 return;
             };
             if let Some(word) = live.value {
