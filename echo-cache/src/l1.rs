@@ -89,10 +89,10 @@
 //! A table that declares `refresh_ms` wants its rows reloaded before they
 //! die. A hit already holds the row's expiry and `now`: if less than
 //! `refresh_ms` remain, it has its caller start the refresh once per row,
-//! by setting a second bit of the row's mark ([`REFRESHING`]) with a plain
-//! store, as for the read bit. A hit tells a row due, or one to mark
-//! read, with one compare ([`Shard::watch_ms`]); all else is out of its
-//! line. A new row starts with the bit clear, unless its whole life is within
+//! by setting a second bit of the row's mark ([`REFRESHING`]) as it sets
+//! the read bit: by compare-and-swap, which a failed refresh's re-arm
+//! cannot lose. A hit tells a row due, or one to mark read, with one
+//! compare ([`Shard::watch_ms`]); all else is out of its line. A new row starts with the bit clear, unless its whole life is within
 //! `refresh_ms` (an absence, a value the loader gave a short TTL): those
 //! are never refreshed. The bit is a filter, not a lock: two readers may
 //! both see it clear (the table's flight registry keeps it to one flight
@@ -535,7 +535,7 @@ fn moved_hand(hand: usize, from: usize, to: usize) -> usize {
 
 /// A hit's look at the mark of its `live` row ([`Shard::watch_ms`]), out
 /// of the hit's line (a half-full table without refresh never comes here):
-/// marks the row read for the clock hand if hits mark (a load; a store once
+/// marks the row read for the clock hand if hits mark (a load; a write once
 /// per turn of the hand), and calls `start_refresh` with its version if it
 /// is `due` and this read is the first to see it, which sets its
 /// [`REFRESHING`] bit. Takes `live` and gives it back so that the hit holds
@@ -550,22 +550,30 @@ fn watched<T>(
     due: bool,
     start_refresh: impl FnOnce(u64),
 ) -> Live<T> {
-    let seen = mark.load(Relaxed);
-    let refresh = due && seen & REFRESHING == 0;
-    let read = if marking || refresh {
-        evict::READ
-    } else {
-        seen & !REFRESHING
-    };
-    let wanted = read
-        | if refresh {
+    let mut seen = mark.load(Relaxed);
+    // Compare and swap, not store: a failed refresh's re-arm (clearing
+    // REFRESHING) between the load and the write must not be undone.
+    let refresh = loop {
+        let refresh = due && seen & REFRESHING == 0;
+        let read = if marking || refresh {
+            evict::READ
+        } else {
+            seen & !REFRESHING
+        };
+        let refreshing = if refresh {
             REFRESHING
         } else {
             seen & REFRESHING
         };
-    if wanted != seen {
-        mark.store(wanted, Relaxed);
-    }
+        let wanted = read | refreshing;
+        if wanted == seen {
+            break false;
+        }
+        match mark.compare_exchange_weak(seen, wanted, Relaxed, Relaxed) {
+            Ok(_) => break refresh,
+            Err(current) => seen = current,
+        }
+    };
     if refresh {
         start_refresh(live.version);
     }
@@ -741,8 +749,7 @@ impl<T> Rows<T> {
 
     /// Lets a read start the refresh of `key`'s row again (clears its
     /// [`REFRESHING`] bit) if it is still the row at `version`: its refresh
-    /// failed. A reader marking the row at that instant may set the bit
-    /// back; the row then dies at its expiry, as if not tried again.
+    /// failed.
     pub(crate) fn rearm_refresh(&self, key: u64, version: u64) {
         let (shard, hash) = self.locate(key);
         let tally = shard.lock();

@@ -753,7 +753,8 @@ fn a_bounded_life_is_a_deadline_jittered_down_only() {
 mod model {
     use super::{Eviction, Row, Rows, rows, shard_mates, table};
     use crate::epoch;
-    use crate::sync::AtomicU64;
+    use crate::l1::{Live, REFRESHING, watched};
+    use crate::sync::{AtomicU8, AtomicU64};
     use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
@@ -932,6 +933,33 @@ mod model {
             reader.join().unwrap();
             drop(Arc::into_inner(rows).expect("the reader is done"));
             assert_eq!(drops.load(Relaxed), 1);
+        });
+    }
+
+    /// A hit marking a row read while the row's failed refresh is re-armed
+    /// (`rearm_refresh` clears the mark's REFRESHING bit): the re-arm is
+    /// not undone. Either the hit saw it and starts the refresh, or the
+    /// bit is left clear for the next hit. The mark is the hand's
+    /// leftover: refresh started, read bit cleared by the hand.
+    #[test]
+    fn a_marking_hit_does_not_undo_a_failed_refreshs_rearm() {
+        check(|| {
+            let mark = Arc::new(AtomicU8::new(REFRESHING));
+            let rearm = {
+                let mark = Arc::clone(&mark);
+                loom::thread::spawn(move || {
+                    mark.fetch_and(!REFRESHING, Relaxed);
+                })
+            };
+            let mut started = false;
+            let live = Live::<Word> {
+                value: None,
+                version: 1,
+            };
+            watched(live, &mark, true, true, |_| started = true);
+            rearm.join().unwrap();
+            let rearmed = mark.load(Relaxed) & REFRESHING == 0;
+            assert!(started || rearmed, "the re-arm was lost");
         });
     }
 }
