@@ -39,6 +39,18 @@ struct Spread {
     id: u64,
 }
 
+/// A `tracking` table: its fills are written with `SET NX`.
+#[near_cache(
+    kind = "BTR",
+    ttl_ms = 600_000,
+    name = "batch_tracked",
+    coherence = "tracking"
+)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+struct Tracked {
+    id: u64,
+}
+
 fn item(id: Id<Item>, revision: u64) -> Item {
     Item {
         id: id.payload(),
@@ -61,13 +73,17 @@ impl Batches {
 }
 
 /// A builder whose fetches wait as long as their flights take (the tests
-/// bound their waits themselves), with a loader for the spread table.
+/// bound their waits themselves), with loaders for the spread and the
+/// tracking tables.
 fn builder() -> Builder {
     Cache::builder()
         .fetch_timeout(None)
         .l2_timeout(Duration::from_secs(2))
         .loader(
             |id: Id<Spread>| async move { Ok::<_, Infallible>(Some(Spread { id: id.payload() })) },
+        )
+        .loader(
+            |id: Id<Tracked>| async move { Ok::<_, Infallible>(Some(Tracked { id: id.payload() })) },
         )
 }
 
@@ -315,11 +331,7 @@ async fn absent_ids_are_not_found_and_a_batch_error_fails_its_ids() {
     assert_eq!(cache.fetch(one).await.unwrap().source(), Source::Fill);
     assert_eq!(batches.calls().last().unwrap(), &[one]);
 
-    let failing = Cache::builder()
-        .fetch_timeout(None)
-        .loader(
-            |id: Id<Spread>| async move { Ok::<_, Infallible>(Some(Spread { id: id.payload() })) },
-        )
+    let failing = builder()
         .loader_many(|_: Vec<Id<Item>>| async {
             Err::<Vec<(Id<Item>, Item)>, _>(std::io::Error::other("the database is away"))
         })
@@ -349,6 +361,34 @@ async fn absent_ids_are_not_found_and_a_batch_error_fails_its_ids() {
     let reloaded = batched(reloaded, &batches, &open(), &[]).build().unwrap();
     assert_eq!(ok(&reloaded.fetch_many([a]).await[0]).id, a.payload());
     assert_eq!(reloaded.fetch(b).await.unwrap().source(), Source::Fill);
+}
+
+/// A key of another Redis type (someone else's list) at an id's key:
+/// `MGET` answers nil for it, so the batch loads the id. Its fill replaces
+/// the key and counts a bad frame, as a single fetch's does, on a
+/// `tracking` table too, whose fills are `SET NX` (which the key refuses).
+#[tokio::test]
+async fn a_batch_refills_over_a_key_of_another_type() {
+    let server = RedisServer::start();
+    let node = || {
+        let builder = builder().l2(server.url());
+        builder.without_loader::<Item>().build().unwrap()
+    };
+    let ids: Vec<Id<Tracked>> = (0..2).map(|_| Id::mint()).collect();
+    let key = keyspace::key(Tracked::spec(), &ids[0].raw());
+    let () = server.query(redis::cmd("RPUSH").arg(&key).arg("not a frame"));
+
+    let cache = node();
+    let answers = bounded("the batch", cache.fetch_many(ids.iter().copied())).await;
+    for (answer, id) in answers.iter().zip(&ids) {
+        let fetched = answer.as_ref().expect("a value");
+        assert_eq!((fetched.source(), fetched.id), (Source::Fill, id.payload()));
+    }
+    assert_eq!(cache.stats::<Tracked>().decode_errors, 1);
+    let kind: String = server.query(redis::cmd("TYPE").arg(&key));
+    assert_eq!(kind, "string", "the fill replaced the list");
+    let shared = node().fetch(ids[0]).await.unwrap();
+    assert_eq!(shared.source(), Source::L2, "another node reads the fill");
 }
 
 #[tokio::test]

@@ -15,7 +15,9 @@
 //! would have stopped it.
 //!
 //! A key of another Redis type (a list, a hash left by someone else) reads
-//! as a bad frame, and the next fill overwrites it.
+//! as a bad frame, and the next fill overwrites it. `MGET` reads it as
+//! nothing; the fill that follows overwrites it all the same (a `SET NX`
+//! that it refuses looks at its type) and counts it then.
 //!
 //! A `tracking` table's fills are written with `SET … NX` instead (see
 //! [`How::Vacant`]); its puts and invalidations go through the script, and
@@ -416,26 +418,68 @@ impl<T: Cached> Tier<T> {
         how: How,
         counters: &Counters,
     ) -> Result<(), Failure> {
-        let key = self.key(key);
-        let lane = self.lane(&key);
-        let written = if how == How::Versioned {
-            let ttl = ttl_ms.to_string();
-            self.server
-                .eval::<i64>(lane, &WRITE_IF_NEWER, &[&key], &[frame, ttl.as_bytes()])
-                .await
-                .map(drop)
-        } else {
-            let mut set = Cmd::new();
-            set.arg("SET").arg(key).arg(frame).arg("PX").arg(ttl_ms);
-            if how == How::Vacant {
-                set.arg("NX");
+        let id_key = self.key(key);
+        let written = match how {
+            How::Versioned => self.write_if_newer(&id_key, frame, ttl_ms).await,
+            How::Vacant => {
+                self.write_if_vacant(key, &id_key, frame, ttl_ms, counters)
+                    .await
             }
-            self.server.query::<redis::Value>(lane, set).await.map(drop)
         };
         if let Err(failure) = &written {
             self.dropped_write(failure, counters);
         }
         written
+    }
+
+    /// [`WRITE_IF_NEWER`].
+    async fn write_if_newer(
+        &self,
+        id_key: &[u8],
+        frame: &[u8],
+        ttl_ms: u64,
+    ) -> Result<(), Failure> {
+        let ttl = ttl_ms.to_string();
+        let args = [frame, ttl.as_bytes()];
+        let lane = self.lane(id_key);
+        (self
+            .server
+            .eval::<i64>(lane, &WRITE_IF_NEWER, &[id_key], &args)
+            .await)
+            .map(drop)
+    }
+
+    /// `SET … NX`. Refused, it looks at the key's type: a key of another
+    /// type (which `MGET` reads as nothing) would refuse every fill, so it
+    /// is counted as a bad frame and overwritten, as a `GET` that meets it
+    /// has its fill do.
+    async fn write_if_vacant(
+        &self,
+        key: u64,
+        id_key: &[u8],
+        frame: &[u8],
+        ttl_ms: u64,
+        counters: &Counters,
+    ) -> Result<(), Failure> {
+        let lane = self.lane(id_key);
+        let mut set = Cmd::new();
+        set.arg("SET")
+            .arg(id_key)
+            .arg(frame)
+            .arg("PX")
+            .arg(ttl_ms)
+            .arg("NX");
+        if self.server.query::<redis::Value>(lane, set).await? != redis::Value::Nil {
+            return Ok(());
+        }
+        let kind = Cmd::new().arg("TYPE").arg(id_key).clone();
+        let kind: String = self.server.query(lane, kind).await?;
+        if kind == "string" || kind == "none" {
+            // Another fill or a write got there first: theirs stands.
+            return Ok(());
+        }
+        self.bad_frame(key, "a key of another type", counters);
+        self.write_if_newer(id_key, frame, ttl_ms).await
     }
 
     fn tombstone_ttl_ms(&self) -> u64 {

@@ -22,7 +22,8 @@ impl<T: Cached> Tier<T> {
     /// What L2 holds for each of `keys`, in their order. A failed `MGET`
     /// answers [`Found::Nothing`] for its keys, each counted as an L2 error
     /// (as many as the reads it stands for); a key of another Redis type
-    /// reads as nothing (`MGET` answers nil for it).
+    /// reads as nothing (`MGET` answers nil for it), and the fill that
+    /// follows counts it and overwrites it (see `write_if_vacant`).
     pub(crate) async fn read_many(&self, keys: &[u64], counters: &Counters) -> Vec<Found<T>> {
         let span = tracing::debug_span!(
             "l2",
