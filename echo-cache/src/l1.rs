@@ -534,8 +534,9 @@ fn moved_hand(hand: usize, from: usize, to: usize) -> usize {
 }
 
 /// A hit's look at the mark of its `live` row ([`Shard::watch_ms`]), out
-/// of the hit's line (a half-full table without refresh never comes here):
-/// marks the row read for the clock hand if hits mark (a load; a write once
+/// of the hit's line (a hit comes here only if the row is due, or has a
+/// mark to write: not in a half-full table without refresh, nor for a row
+/// a full table's hit finds marked read): marks the row read for the clock hand if hits mark (a load; a write once
 /// per turn of the hand), and calls `start_refresh` with its version if it
 /// is `due` and this read is the first to see it, which sets its
 /// [`REFRESHING`] bit. Takes `live` and gives it back so that the hit holds
@@ -703,7 +704,10 @@ impl<T> Rows<T> {
             // SAFETY: `i < capacity`, the marks' count.
             let mark = unsafe { array.marks().get_unchecked(i) };
             let due = left <= self.refresh_ms;
-            return Some(watched(live, mark, watch_ms == MARKING, due, refresh));
+            // A full table's usual hit: a row marked read, not due.
+            if due || mark.load(Relaxed) & !REFRESHING != evict::READ {
+                return Some(watched(live, mark, watch_ms == MARKING, due, refresh));
+            }
         }
         Some(live)
     }
