@@ -92,9 +92,10 @@
 //! by setting a second bit of the row's mark ([`REFRESHING`]) as it sets
 //! the read bit: by compare-and-swap, which a failed refresh's re-arm
 //! cannot lose. A hit tells a row due, or one to mark read, with one
-//! compare ([`Shard::watch_ms`]); all else is out of its line. A new row starts with the bit clear, unless its whole life is within
-//! `refresh_ms` (an absence, a value the loader gave a short TTL): those
-//! are never refreshed. The bit is a filter, not a lock: two readers may
+//! compare ([`Shard::watch_ms`]); all else is out of its line. A new row
+//! starts with the bit clear, unless its whole life is within `refresh_ms`
+//! (an absence, a value the loader gave a short TTL): those are never
+//! refreshed. The bit is a filter, not a lock: two readers may
 //! both see it clear (the table's flight registry keeps it to one flight
 //! per id), and a reader that read the row a refresh replaces may set it
 //! on the new row, which then dies unrefreshed, once. The hand of eviction
@@ -534,12 +535,12 @@ fn moved_hand(hand: usize, from: usize, to: usize) -> usize {
 }
 
 /// A hit's look at the mark of its `live` row ([`Shard::watch_ms`]), out
-/// of the hit's line (a hit comes here only if the row is due, or has a
-/// mark to write: not in a half-full table without refresh, nor for a row
-/// a full table's hit finds marked read): marks the row read for the clock hand if hits mark (a load; a write once
-/// per turn of the hand), and calls `start_refresh` with its version if it
-/// is `due` and this read is the first to see it, which sets its
-/// [`REFRESHING`] bit. Takes `live` and gives it back so that the hit holds
+/// of the hit's line: a hit comes here only if the row is due, or has a
+/// mark to write (not in a half-full table without refresh, nor for a row
+/// a full table's hit finds marked read). Marks the row read for the clock
+/// hand if hits mark (a write once per turn of the hand), and calls
+/// `start_refresh` with its version if it is `due` and this read is the
+/// first to see it, which sets its [`REFRESHING`] bit. Takes `live` and gives it back so that the hit holds
 /// nothing across the call, which it would keep in memory in case
 /// `start_refresh` unwinds.
 #[cold]
