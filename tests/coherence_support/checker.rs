@@ -66,7 +66,8 @@ pub async fn run<T: Entity>(
     disturb: impl Future<Output = Option<Outage>>,
 ) {
     let ids: Arc<Vec<Id<T>>> = Arc::new((0..IDS).map(|_| Id::mint()).collect());
-    let until = Instant::now() + run_for;
+    let start = Instant::now();
+    let until = start + run_for;
 
     let writer = {
         let (a, ids, sor) = (nodes[0].clone(), Arc::clone(&ids), sor.clone());
@@ -119,6 +120,7 @@ pub async fn run<T: Entity>(
         .collect();
 
     let outage = disturb.await;
+    let disturbed = start.elapsed();
     let acks = bounded("the writer", writer).await.expect("the writer");
     let mut reads = Vec::new();
     for reader in readers {
@@ -147,12 +149,31 @@ pub async fn run<T: Entity>(
         stale.len(),
         backwards.len()
     );
+    // What a failure needs to be told apart: when, from where, and what
+    // the nodes saw of the server meanwhile.
+    let since = |at: Instant| at.saturating_duration_since(start);
+    let first = stale.first().map(|&(read, missed)| {
+        let acked = acks[read.id].iter().find(|(r, _)| *r == missed);
+        format!(
+            "node {} read revision {} from {:?}, in {:?}..{:?}; revision {missed} \
+             was acknowledged at {:?}",
+            read.node,
+            read.revision,
+            read.source,
+            since(read.began),
+            since(read.ended),
+            acked.map(|&(_, at)| since(at))
+        )
+    });
     assert!(
         stale.is_empty(),
         "{mode:?}: {} reads returned a revision older than one acknowledged \
-         more than {d:?} before they began; first: {:?}",
+         more than {d:?} before they began; first: {}. (Times from the \
+         checker's start; the disturbance ended at {disturbed:?}; the \
+         nodes' stats: {:?})",
         stale.len(),
-        stale.first()
+        first.unwrap_or_default(),
+        nodes.iter().map(Cache::stats::<T>).collect::<Vec<_>>()
     );
     assert!(
         backwards.is_empty(),
