@@ -42,7 +42,8 @@ mod support;
 
 use support::{benchmarking, load_average};
 
-type Hasher = foldhash::fast::RandomState;
+/// The hasher echo-cache uses inside: the peers hash as it does.
+type Hasher = foldhash::quality::RandomState;
 
 /// Tasks in a herd.
 const TASKS: usize = 10_000;

@@ -43,7 +43,8 @@ mod support;
 
 use support::{benchmarking, publish};
 
-type Hasher = foldhash::fast::RandomState;
+/// The hasher echo-cache uses inside: the peers hash as it does.
+type Hasher = foldhash::quality::RandomState;
 
 /// Entries every engine holds at most.
 const CAPACITY: usize = 10_000;

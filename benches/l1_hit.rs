@@ -22,8 +22,8 @@
 //!   locked map: what a hand-rolled cache is often built on).
 //! - `floor`: `HashMap::get(..).cloned()` on a map no one writes.
 //!
-//! All five hash with foldhash (`foldhash::fast::RandomState`, the hasher
-//! echo-cache uses inside). The peers are keyed by the `u64` payload of the
+//! All five hash with foldhash (`foldhash::quality::RandomState`, the
+//! hasher echo-cache uses inside). The peers are keyed by the `u64` payload of the
 //! same ids echo-cache is read with; every engine owns its own values
 //! (allocated as it is filled) and returns (clones, then drops) an `Arc`.
 //!
@@ -76,7 +76,8 @@ mod support;
 
 use support::{benchmarking, cpus, load_average, median, poll_once, publish, verdict};
 
-type Hasher = foldhash::fast::RandomState;
+/// The hasher echo-cache uses inside: the peers hash as it does.
+type Hasher = foldhash::quality::RandomState;
 
 /// Ids cached in every engine.
 const IDS: usize = 100_000;

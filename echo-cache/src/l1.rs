@@ -14,6 +14,10 @@
 //!   shard holds, at most 6.25 % over, rather than to the next power of
 //!   two (up to 100 % over). A key's probe starts at its hash's low half
 //!   scaled to the slot count (a multiply, not a mask).
+//! - Arrays are at most half claimed while they grow (a hit's probe is
+//!   short: most hits read one slot) and up to three quarters once they
+//!   reach the size a full table needs, which is what a full table costs
+//!   in memory ([`Rows::crowded`]).
 //! - A slot is claimed by one key for the life of its array (a removed row
 //!   leaves a tombstone the same key reuses), so a reader that matched a key
 //!   never sees the slot change owner. Arrays are rebuilt, not rehashed in
@@ -301,6 +305,9 @@ pub(crate) struct Rows<T> {
     /// A shard's share of `max_size`: the rows its array is sized for once
     /// the table is full, and its sketch.
     share: usize,
+    /// The slots a shard's array needs once the table is full: 8/5 of its
+    /// share (see [`Rows::slots_for`]).
+    full_slots: usize,
     eviction: Eviction,
     /// Live rows evicted for new ones.
     evictions: AtomicU64,
@@ -627,6 +634,7 @@ impl<T> Rows<T> {
             size: AtomicUsize::new(0),
             max_size: spec.max_size,
             share: spec.max_size.div_ceil(SHARDS),
+            full_slots: spec.max_size.div_ceil(SHARDS).saturating_mul(8) / 5,
             marking_from: match spec.eviction {
                 Eviction::Hot => spec.max_size - spec.max_size / 4,
                 Eviction::None => usize::MAX,
@@ -663,6 +671,9 @@ impl<T> Rows<T> {
         let (shard, hash) = self.locate(key);
         // SAFETY: the pin keeps a published array allocated.
         let array = unsafe { Array::from_tagged(shard.array.load(Acquire)) }?;
+        // Loaded now, on the line just read: a load after the count's
+        // increment below (a locked instruction) waits for it.
+        let watch_ms = shard.watch_ms.load(Relaxed);
         let slots = array.slots();
         let mut i = start(hash, array.capacity());
         let slot = loop {
@@ -698,7 +709,6 @@ impl<T> Rows<T> {
         let live = Live { value, version };
         // The row's time left (`now < expires_at`, above).
         let left = expires_at - now;
-        let watch_ms = shard.watch_ms.load(Relaxed);
         if left <= watch_ms {
             // After the count's increment, which (a locked instruction on
             // x86) would otherwise wait for the mark's cache line.
@@ -857,8 +867,7 @@ impl<T> Rows<T> {
             return Insert::Kept;
         }
         let capacity = array.as_ref().map_or(0, Array::capacity);
-        // At most three quarters claimed, so probes stay short and end.
-        let array = if (tally.claimed + 1) * 4 > capacity * 3 {
+        let array = if self.crowded(tally.claimed + 1, capacity) {
             let rows = tally.rows + 1;
             self.rebuild(shard, &mut tally, rows)
         } else {
@@ -876,13 +885,29 @@ impl<T> Rows<T> {
         Insert::Kept
     }
 
-    /// Slots for an array of `rows` rows: twice them, to grow into, but no
-    /// more than a shard's share of `max_size` needs, and at least 8/5 of
-    /// them (62.5 % full: room for the tombstones a full table's evictions
-    /// leave, an eighth of the slots, before the next rebuild sweeps them).
+    /// Slots for an array of `rows` rows: four times them, to grow into,
+    /// but no more than a shard's share of `max_size` needs, and at least
+    /// 8/5 of them (62.5 % full: room for the tombstones a full table's
+    /// evictions leave, an eighth of the slots, before the next rebuild
+    /// sweeps them).
     fn slots_for(&self, rows: usize) -> usize {
-        let full = self.share.saturating_mul(8) / 5;
-        capacity_for((rows * 2).min(full).max(rows * 8 / 5 + 1))
+        capacity_for((rows * 4).min(self.full_slots).max(rows * 8 / 5 + 1))
+    }
+
+    /// Whether an array of `capacity` slots is to be rebuilt rather than
+    /// have `claimed` of them claimed: past half while it is smaller than
+    /// a full table's, past three quarters from that size. A hit's probe
+    /// is short in a table below its bound (a shard's array is at most
+    /// half claimed, twice to four times its rows: 64 to 128 B a row), and
+    /// a full table is as small as its memory target needs (62.5 to 75 %
+    /// claimed: about 1.5 probes a hit).
+    fn crowded(&self, claimed: usize, capacity: usize) -> bool {
+        // Below `full_slots`, below the least slot count of at least it.
+        if capacity < self.full_slots {
+            claimed * 2 > capacity
+        } else {
+            claimed * 4 > capacity * 3
+        }
     }
 
     /// Moves the rows of `shard` (and their marks) to a new array with room

@@ -488,6 +488,38 @@ fn slot_counts_are_sixteen_steps_of_a_power_of_two() {
     assert!(tag(capacity_for(u32::MAX as usize / 2)) < ARRAY_ALIGN);
 }
 
+/// Each shard's claimed slots and slot count.
+fn fill<T>(rows: &Rows<T>) -> Vec<(usize, usize)> {
+    rows.shards
+        .iter()
+        .map(|shard| {
+            let tally = shard.lock();
+            let capacity = shard.array(&tally).map_or(0, |array| array.capacity());
+            (tally.claimed, capacity)
+        })
+        .collect()
+}
+
+#[test]
+fn arrays_are_at_most_half_claimed_below_the_bound_and_three_quarters_at_it() {
+    let rows = rows::<u64>(16_000);
+    for (n, key) in keys(16_000).enumerate() {
+        assert!(rows.insert(key, row(key, 1, 10), 0).is_ok());
+        if n + 1 == 8_000 {
+            for (claimed, capacity) in fill(&rows) {
+                assert!(claimed * 2 <= capacity, "{claimed} of {capacity} half full");
+            }
+        }
+    }
+    // A shard's share is 1,000 rows, in 1,600 slots (1,600 is a slot count).
+    for (claimed, capacity) in fill(&rows) {
+        assert!(claimed * 4 <= capacity * 3, "{claimed} of {capacity}");
+        if claimed <= 1_000 {
+            assert_eq!(capacity, 1_600, "a shard of {claimed} rows");
+        }
+    }
+}
+
 /// A value that checks itself: `key << 32 | version` and its
 /// complement, which its drop wipes. A torn row, or a value read or
 /// dropped after it was freed, fails an assertion (and Miri or the
