@@ -597,6 +597,23 @@ fn shard_of(hash: u64) -> usize {
     shard
 }
 
+/// A new reference to a row's value, or `None` for a remembered absence.
+///
+/// # Safety
+///
+/// `value` is a row's value pointer ([`is_row`]), whose `Arc` is alive (the
+/// caller is pinned, or holds the shard's lock).
+#[inline]
+unsafe fn share<T>(value: *mut T) -> Option<Arc<T>> {
+    (value != absent()).then(|| {
+        // SAFETY: the caller's guarantee; it came from `Arc::into_raw`.
+        unsafe {
+            Arc::increment_strong_count(value);
+            Arc::from_raw(value)
+        }
+    })
+}
+
 fn into_raw<T>(value: Option<Arc<T>>) -> *mut T {
     value.map_or(absent(), |value| Arc::into_raw(value).cast_mut())
 }
@@ -694,31 +711,30 @@ impl<T> Rows<T> {
         if stamp & 1 == 1 || slot.stamp.load(Relaxed) != stamp || !is_row(value) {
             return None;
         }
-        let expires_at = stamp >> SEQ_BITS;
-        if now >= expires_at {
+        // The row's time left, none if it is dead: one compare tells the
+        // usual hit (alive, not watched) from the rest.
+        let left = (stamp >> SEQ_BITS).saturating_sub(now);
+        // SAFETY (both): `value` is a row's (`is_row`), and the pin keeps
+        // its `Arc` alive even if a writer has since replaced it.
+        if left > watch_ms {
+            let value = unsafe { share(value) };
+            return Some(Live { value, version });
+        }
+        if left == 0 {
             return None;
         }
-        let value = (value != absent()).then(|| {
-            // SAFETY: `value` came from `Arc::into_raw`, and the pin keeps
-            // that `Arc` alive even if a writer has since replaced it.
-            unsafe {
-                Arc::increment_strong_count(value);
-                Arc::from_raw(value)
-            }
-        });
-        let live = Live { value, version };
-        // The row's time left (`now < expires_at`, above).
-        let left = expires_at - now;
-        if left <= watch_ms {
-            // After the count's increment, which (a locked instruction on
-            // x86) would otherwise wait for the mark's cache line.
-            // SAFETY: `i < capacity`, the marks' count.
-            let mark = unsafe { array.marks().get_unchecked(i) };
-            let due = left <= self.refresh_ms;
-            // A full table's usual hit: a row marked read, not due.
-            if due || mark.load(Relaxed) & !REFRESHING != evict::READ {
-                return Some(watched(live, mark, watch_ms == MARKING, due, refresh));
-            }
+        let live = Live {
+            value: unsafe { share(value) },
+            version,
+        };
+        // After the count's increment, which (a locked instruction on x86)
+        // would otherwise wait for the mark's cache line.
+        // SAFETY: `i < capacity`, the marks' count.
+        let mark = unsafe { array.marks().get_unchecked(i) };
+        let due = left <= self.refresh_ms;
+        // A full table's usual hit: a row marked read, not due.
+        if due || mark.load(Relaxed) & !REFRESHING != evict::READ {
+            return Some(watched(live, mark, watch_ms == MARKING, due, refresh));
         }
         Some(live)
     }
@@ -750,14 +766,10 @@ impl<T> Rows<T> {
         if now < expires_at || now >= expires_at.saturating_add(self.grace) {
             return None;
         }
-        // SAFETY: the slot holds a reference from `Arc::into_raw`, and
-        // only the lock holder could retire it.
-        let value = unsafe {
-            Arc::increment_strong_count(value);
-            Arc::from_raw(value)
-        };
         Some(Live {
-            value: Some(value),
+            // SAFETY: a row's value, which only the lock holder could
+            // retire.
+            value: unsafe { share(value) },
             version: slot.version.load(Relaxed),
         })
     }
