@@ -23,9 +23,10 @@
 //! - `floor`: `HashMap::get(..).cloned()` on a map no one writes.
 //!
 //! All five hash with foldhash (`foldhash::quality::RandomState`, the
-//! hasher echo-cache uses inside). The peers are keyed by the `u64` payload of the
-//! same ids echo-cache is read with; every engine owns its own values
-//! (allocated as it is filled) and returns (clones, then drops) an `Arc`.
+//! hasher echo-cache uses inside). The peers are keyed by the `u64` payload
+//! of the same ids echo-cache is read with; every engine owns its own
+//! values (allocated as it is filled) and returns (clones, then drops) an
+//! `Arc`.
 //!
 //! Key patterns, each a precomputed sequence of 2^18 keys per thread:
 //! `uniform` over the 100,000 ids, `zipf` (s = 1.0, ranks scattered over the

@@ -305,9 +305,6 @@ pub(crate) struct Rows<T> {
     /// A shard's share of `max_size`: the rows its array is sized for once
     /// the table is full, and its sketch.
     share: usize,
-    /// The slots a shard's array needs once the table is full: 8/5 of its
-    /// share (see [`Rows::slots_for`]).
-    full_slots: usize,
     eviction: Eviction,
     /// Live rows evicted for new ones.
     evictions: AtomicU64,
@@ -651,7 +648,6 @@ impl<T> Rows<T> {
             size: AtomicUsize::new(0),
             max_size: spec.max_size,
             share: spec.max_size.div_ceil(SHARDS),
-            full_slots: spec.max_size.div_ceil(SHARDS).saturating_mul(8) / 5,
             marking_from: match spec.eviction {
                 Eviction::Hot => spec.max_size - spec.max_size / 4,
                 Eviction::None => usize::MAX,
@@ -903,19 +899,26 @@ impl<T> Rows<T> {
     /// evictions leave, an eighth of the slots, before the next rebuild
     /// sweeps them).
     fn slots_for(&self, rows: usize) -> usize {
-        capacity_for((rows * 4).min(self.full_slots).max(rows * 8 / 5 + 1))
+        capacity_for((rows * 4).min(self.full_slots()).max(rows * 8 / 5 + 1))
+    }
+
+    /// The slots a shard's array needs once the table is full: 8/5 of its
+    /// share.
+    fn full_slots(&self) -> usize {
+        self.share.saturating_mul(8) / 5
     }
 
     /// Whether an array of `capacity` slots is to be rebuilt rather than
     /// have `claimed` of them claimed: past half while it is smaller than
     /// a full table's, past three quarters from that size. A hit's probe
     /// is short in a table below its bound (a shard's array is at most
-    /// half claimed, twice to four times its rows: 64 to 128 B a row), and
-    /// a full table is as small as its memory target needs (62.5 to 75 %
-    /// claimed: about 1.5 probes a hit).
+    /// half claimed, twice to four times its rows: 66 to 132 B a row with
+    /// the marks), and a full table is as small as its memory target
+    /// needs (62.5 to 75 % claimed: about 1.5 probes a hit).
     fn crowded(&self, claimed: usize, capacity: usize) -> bool {
-        // Below `full_slots`, below the least slot count of at least it.
-        if capacity < self.full_slots {
+        // A slot count below `full_slots` is below the full array's, the
+        // least slot count of at least it.
+        if capacity < self.full_slots() {
             claimed * 2 > capacity
         } else {
             claimed * 4 > capacity * 3
