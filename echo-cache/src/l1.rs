@@ -12,8 +12,11 @@
 //!   costs once the `Arc`'s atomic increment orders everything.
 //! - Arrays hold `m · 2^e` slots (`m` from 16 to 31): sized to the rows a
 //!   shard holds, at most 6.25 % over, rather than to the next power of
-//!   two (up to 100 % over). A key's probe starts at its hash's low half
+//!   two (up to 100 % over). A key's probe starts at its hash's low bits
 //!   scaled to the slot count (a multiply, not a mask).
+//! - A key's shard comes from a hash with fixed seeds, which needs nothing
+//!   loaded; its probe's start from a hash with the table's random seed,
+//!   computed while the shard's pointer loads ([`shard_of`]).
 //! - Arrays are at most half claimed while they grow (a hit's probe is
 //!   short: most hits read one slot) and up to three quarters once they
 //!   reach the size a full table needs, which is what a full table costs
@@ -120,16 +123,17 @@ use crate::sync::Ordering::{Acquire, Relaxed, Release};
 use crate::sync::{AtomicPtr, AtomicU8, AtomicU64, AtomicUsize, Mutex, MutexGuard, fence};
 use evict::{Probation, Room};
 
-/// foldhash's `quality` flavour: one more multiply than `fast`, whose top
-/// bits (the shard) can leave sequential ids (snowflakes, counters) in a
-/// few shards for some process seeds, and a full table evicts per shard.
+/// The hash of a probe's start and of the sketch, under a random seed:
+/// foldhash's `quality` flavour, one more multiply than `fast`, whose one
+/// multiply by the process's random seed placed sequential ids (snowflakes,
+/// counters) in a few shards for some seeds, when shards came from it.
 #[cfg(not(all(test, echo_cache_loom)))]
 type Hasher = foldhash::quality::RandomState;
 /// The model checker replays executions: where keys land must not change.
 #[cfg(all(test, echo_cache_loom))]
 type Hasher = foldhash::quality::FixedState;
 
-/// Writers lock one of 16 shards (by the hash's top bits): fills of
+/// Writers lock one of 16 shards ([`shard_of`]): fills of
 /// different ids rarely wait for each other, and a rebuild copies a
 /// sixteenth of the table.
 const SHARD_BITS: u32 = 4;
@@ -222,25 +226,41 @@ struct Slot<T> {
 /// [`tag`]: one load of the shard's pointer gives a reader both.
 struct Array<T> {
     slots: NonNull<Slot<T>>,
-    capacity: usize,
+    /// The slot count's [`tag`].
+    tag: usize,
 }
 
-/// Alignment of arrays: nine free low bits, for the [`tag`] of any
+/// Alignment of arrays: ten free low bits, for the [`tag`] of any
 /// capacity below `2^32` slots.
-const ARRAY_ALIGN: usize = 512;
+const ARRAY_ALIGN: usize = 1024;
 
-/// The slot count `m · 2^e` (`m` from 16 to 31) as `e << 4 | (m - 16)`.
+/// The slot count `m · 2^e` (`m` from 16 to 31) as `e << 5 | m`: a probe's
+/// [`start`] takes `m` with one mask of the shard's pointer.
 fn tag(capacity: usize) -> usize {
     let e = (usize::BITS - 5).saturating_sub(capacity.leading_zeros());
     let m = capacity >> e;
     debug_assert!((16..32).contains(&m) && m << e == capacity);
-    (e as usize) << 4 | (m - 16)
+    (e as usize) << 5 | m
+}
+
+/// Where the probe of `hash` starts in an array of the slot count `m ·
+/// 2^e` [`tag`]ged: the hash's low 31 bits scaled to the slot count, `h · m
+/// · 2^e / 2^31` computed as `h · m >> (31 - e)`, which a hit reaches in
+/// three operations from the shard's pointer.
+#[inline]
+fn start(hash: u64, tag: usize) -> usize {
+    let (m, e) = (tag & 31, tag >> 5);
+    // The slot count is below 2^32 (`capacity_for`), so `e` < 28 and the
+    // result is below it.
+    #[allow(clippy::cast_possible_truncation)]
+    let start = (((hash & 0x7FFF_FFFF) * m as u64) >> (31 - e)) as usize;
+    start
 }
 
 /// The slot count of a [`tag`].
 #[inline]
 fn untag(tag: usize) -> usize {
-    (16 | (tag & 15)) << (tag >> 4)
+    (tag & 31) << (tag >> 5)
 }
 
 /// The least slot count `m · 2^e` (`m` from 16 to 31) of at least `slots`.
@@ -393,7 +413,10 @@ impl<T> Array<T> {
         let Some(slots) = NonNull::new(slots) else {
             alloc::handle_alloc_error(layout)
         };
-        let array = Array { slots, capacity };
+        let array = Array {
+            slots,
+            tag: tag(capacity),
+        };
         // A loom atomic is a handle into the model, not its value: make them.
         #[cfg(all(test, echo_cache_loom))]
         for i in 0..capacity {
@@ -407,9 +430,7 @@ impl<T> Array<T> {
     }
 
     fn tagged(&self) -> *mut Slot<T> {
-        self.slots
-            .as_ptr()
-            .map_addr(|address| address | tag(self.capacity))
+        self.slots.as_ptr().map_addr(|address| address | self.tag)
     }
 
     /// The array a shard's pointer names, if any.
@@ -421,25 +442,32 @@ impl<T> Array<T> {
     /// shard's lock).
     #[inline]
     unsafe fn from_tagged(tagged: *mut Slot<T>) -> Option<Array<T>> {
-        let capacity = untag(tagged.addr() & (ARRAY_ALIGN - 1));
+        let tag = tagged.addr() & (ARRAY_ALIGN - 1);
         let slots = NonNull::new(tagged.map_addr(|address| address & !(ARRAY_ALIGN - 1)))?;
-        Some(Array { slots, capacity })
+        Some(Array { slots, tag })
     }
 
+    #[inline]
     fn capacity(&self) -> usize {
-        self.capacity
+        untag(self.tag)
+    }
+
+    /// Where the probe of `hash` starts ([`start`]).
+    #[inline]
+    fn start(&self, hash: u64) -> usize {
+        start(hash, self.tag)
     }
 
     #[inline]
     fn slots(&self) -> &[Slot<T>] {
         // SAFETY: `capacity` slots, allocated and initialized in `new`.
-        unsafe { std::slice::from_raw_parts(self.slots.as_ptr(), self.capacity) }
+        unsafe { std::slice::from_raw_parts(self.slots.as_ptr(), self.capacity()) }
     }
 
     #[inline]
     fn marks_ptr(&self) -> *mut AtomicU8 {
         // The slots' size: a multiple of their alignment, so no padding.
-        let offset = self.capacity * size_of::<Slot<T>>();
+        let offset = self.capacity() * size_of::<Slot<T>>();
         // SAFETY: the marks follow the slots in the allocation (`layout`).
         unsafe { self.slots.as_ptr().cast::<AtomicU8>().byte_add(offset) }
     }
@@ -448,20 +476,20 @@ impl<T> Array<T> {
     #[inline]
     fn marks(&self) -> &[AtomicU8] {
         // SAFETY: `capacity` marks, allocated and initialized in `new`.
-        unsafe { std::slice::from_raw_parts(self.marks_ptr(), self.capacity) }
+        unsafe { std::slice::from_raw_parts(self.marks_ptr(), self.capacity()) }
     }
 
     /// The slot after `i`, round the end.
     #[inline]
     fn next(&self, i: usize) -> usize {
-        if i + 1 == self.capacity { 0 } else { i + 1 }
+        if i + 1 == self.capacity() { 0 } else { i + 1 }
     }
 
     /// The index of the slot claimed by `key`, or else of the empty slot
     /// ending its probe. The shard's writer only.
     fn find(&self, key: u64, hash: u64) -> (usize, bool) {
         let slots = self.slots();
-        let mut i = start(hash, self.capacity);
+        let mut i = self.start(hash);
         loop {
             let slot = &slots[i];
             if slot.value.load(Relaxed).is_null() {
@@ -513,21 +541,10 @@ impl<T> Array<T> {
                 ptr::drop_in_place(mark);
             }
         }
-        let (layout, _) = Array::<T>::layout(self.capacity);
+        let (layout, _) = Array::<T>::layout(self.capacity());
         // SAFETY: allocated in `new` with this layout.
         unsafe { alloc::dealloc(self.slots.as_ptr().cast(), layout) };
     }
-}
-
-/// Where the probe of `hash` starts in an array of `capacity` slots: the
-/// hash's low half scaled to the slot count (its top bits chose the shard).
-#[inline]
-fn start(hash: u64, capacity: usize) -> usize {
-    // `capacity` < 2^32 (`capacity_for`), so the product fits and the
-    // result is below `capacity`.
-    #[allow(clippy::cast_possible_truncation)]
-    let start = (((hash & 0xFFFF_FFFF) * capacity as u64) >> 32) as usize;
-    start
 }
 
 /// Where a hand at slot `hand` of `from` slots stands in an array of `to`
@@ -586,9 +603,15 @@ fn watched<T>(
     live
 }
 
-/// The shard of a hash: its top bits.
+/// The shard of a key: the top bits of its hash under fixed seeds, which a
+/// hit has from the key alone, while it loads the table's random seed for
+/// the probe's [`start`](Array::start) (a seed loaded first would delay every
+/// step after it). Fixed seeds let ids chosen by an adversary crowd one
+/// shard, which only takes them to its share of rows; the probe, where
+/// crowding would cost, stays under the random seed.
 #[inline]
-fn shard_of(hash: u64) -> usize {
+fn shard_of(key: u64) -> usize {
+    let hash = foldhash::quality::FixedState::default().hash_one(key);
     #[allow(clippy::cast_possible_truncation)] // SHARD_BITS bits
     let shard = (hash >> (64 - SHARD_BITS)) as usize;
     shard
@@ -664,8 +687,7 @@ impl<T> Rows<T> {
 
     #[inline]
     fn locate(&self, key: u64) -> (&Shard<T>, u64) {
-        let hash = self.hasher.hash_one(key);
-        (&self.shards[shard_of(hash)], hash)
+        (&self.shards[shard_of(key)], self.hasher.hash_one(key))
     }
 
     /// The row of `key` if it is alive at `now`. A row caught mid-write
@@ -687,8 +709,10 @@ impl<T> Rows<T> {
         // Loaded now, on the line just read: a load after the count's
         // increment below (a locked instruction) waits for it.
         let watch_ms = shard.watch_ms.load(Relaxed);
+        // A row expiring after this is alive and not watched.
+        let unwatched_after = now.saturating_add(watch_ms);
         let slots = array.slots();
-        let mut i = start(hash, array.capacity());
+        let mut i = array.start(hash);
         let slot = loop {
             // SAFETY: `i < capacity` (`start`, `next`), the slots' count.
             let slot = unsafe { slots.get_unchecked(i) };
@@ -707,18 +731,17 @@ impl<T> Rows<T> {
         if stamp & 1 == 1 || slot.stamp.load(Relaxed) != stamp || !is_row(value) {
             return None;
         }
-        // The row's time left, none if it is dead: one compare tells the
-        // usual hit (alive, not watched) from the rest.
-        let left = (stamp >> SEQ_BITS).saturating_sub(now);
+        let expires = stamp >> SEQ_BITS;
         // SAFETY (both): `value` is a row's (`is_row`), and the pin keeps
         // its `Arc` alive even if a writer has since replaced it.
-        if left > watch_ms {
+        if expires > unwatched_after {
             let value = unsafe { share(value) };
             return Some(Live { value, version });
         }
-        if left == 0 {
+        if expires <= now {
             return None;
         }
+        let left = expires - now;
         let live = Live {
             value: unsafe { share(value) },
             version,
@@ -823,7 +846,7 @@ impl<T> Rows<T> {
             // The key's shard, short of its share of rows, has none to give
             // up: a row of another shard, then a reservation.
             Insert::Elsewhere(row, estimate) => {
-                if !self.evict_elsewhere(shard_of(hash), estimate, now) {
+                if !self.evict_elsewhere(shard_of(key), estimate, now) {
                     return Err(row);
                 }
                 match self.insert_hashed(key, hash, row, now, false) {
@@ -837,7 +860,7 @@ impl<T> Rows<T> {
     /// [`insert`](Self::insert) within the key's shard; `count`: count the
     /// key in the shard's sketch (not again when trying a second time).
     fn insert_hashed(&self, key: u64, hash: u64, row: Row<T>, now: u64, count: bool) -> Insert<T> {
-        let shard = &self.shards[shard_of(hash)];
+        let shard = &self.shards[shard_of(key)];
         let mut tally = shard.lock();
         let array = shard.array(&tally);
         let found = array

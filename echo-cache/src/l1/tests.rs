@@ -220,25 +220,24 @@ fn removed_values_are_dropped_once_no_reader_can_hold_them() {
     miri,
     ignore = "no unsafe code; too slow at a size that measures a spread"
 )]
-fn ids_in_sequence_spread_over_every_shard_whatever_the_seed() {
+fn ids_in_sequence_spread_over_every_shard() {
     // Counters, snowflakes (a millisecond apart, or one worker's sequence)
     // and round numbers: a full table evicts per shard, so a shard that
     // takes too many of them evicts its own rows while others have room.
+    // The shard's hash has fixed seeds: every process places them alike.
     let ids = 1_600;
     let fair = ids / SHARDS;
-    for _seed in 0..20 {
-        let rows = rows::<u64>(1_000);
-        for stride in [1, 3, 1 << 22, 1_000, 1_000_000_000] {
+    for base in [0, 1 << 50, u64::MAX / 3] {
+        for stride in [1, 3, 7, 1_000, 4_096_000, 1 << 22, 1_000_000_000, 1 << 40] {
             let mut per_shard = [0; SHARDS];
-            for key in (0..ids as u64).map(|i| (1 << 50) + i * stride) {
-                let shard = rows.locate(key).0;
-                per_shard[rows.shards.iter().position(|s| ptr::eq(s, shard)).unwrap()] += 1;
+            for i in 0..ids as u64 {
+                per_shard[shard_of(base.wrapping_add(i * stride))] += 1;
             }
             assert!(
                 per_shard
                     .iter()
                     .all(|&n| n > fair * 2 / 5 && n < fair * 8 / 5),
-                "stride {stride}: {per_shard:?}"
+                "base {base}, stride {stride}: {per_shard:?}"
             );
         }
     }
@@ -484,6 +483,13 @@ fn slot_counts_are_sixteen_steps_of_a_power_of_two() {
         let capacity = capacity_for(asked);
         assert!(capacity >= asked && capacity * 16 <= asked.max(16) * 17 + 16);
         assert!(tag(capacity) < ARRAY_ALIGN);
+        // The hash's low 31 bits, scaled: the least to slot 0, the most to
+        // the last.
+        for hash in [0, 1 << 31, 0x5555_5555, 0x7FFF_FFFF, u64::MAX] {
+            let scaled = ((hash & 0x7FFF_FFFF) * capacity as u64) >> 31;
+            assert_eq!(start(hash, tag(capacity)) as u64, scaled);
+        }
+        assert_eq!(start(0x7FFF_FFFF, tag(capacity)), capacity - 1);
     }
     assert!(tag(capacity_for(u32::MAX as usize / 2)) < ARRAY_ALIGN);
 }
