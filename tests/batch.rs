@@ -365,8 +365,11 @@ async fn absent_ids_are_not_found_and_a_batch_error_fails_its_ids() {
 
 /// A key of another Redis type (someone else's list) at an id's key:
 /// `MGET` answers nil for it, so the batch loads the id. Its fill replaces
-/// the key and counts a bad frame, as a single fetch's does, on a
-/// `tracking` table too, whose fills are `SET NX` (which the key refuses).
+/// the key and counts one bad frame, as a single fetch's does (once: its
+/// `GET` counted it already): on a `tracking` table, whose fills are `SET
+/// NX` (which the key refuses), and on one whose fills go through the
+/// versioned script (which replaced it without a word before it said so).
+/// An invalidation that meets one replaces and counts it too.
 #[tokio::test]
 async fn a_batch_refills_over_a_key_of_another_type() {
     let server = RedisServer::start();
@@ -374,21 +377,65 @@ async fn a_batch_refills_over_a_key_of_another_type() {
         let builder = builder().l2(server.url());
         builder.without_loader::<Item>().build().unwrap()
     };
-    let ids: Vec<Id<Tracked>> = (0..2).map(|_| Id::mint()).collect();
-    let key = keyspace::key(Tracked::spec(), &ids[0].raw());
-    let () = server.query(redis::cmd("RPUSH").arg(&key).arg("not a frame"));
+    refills_over_a_key_of_another_type(&server, node, |tracked: &Tracked| tracked.id).await;
+    refills_over_a_key_of_another_type(&server, node, |spread: &Spread| spread.id).await;
+}
 
+async fn refills_over_a_key_of_another_type<T: Cached>(
+    server: &RedisServer,
+    node: impl Fn() -> Cache,
+    payload: impl Fn(&T) -> u64,
+) {
+    let table = T::spec().name();
+    let ids: Vec<Id<T>> = (0..3).map(|_| Id::mint()).collect();
+    let listed = |id: Id<T>| {
+        let key = keyspace::key(T::spec(), &id.raw());
+        let () = server.query(redis::cmd("RPUSH").arg(&key).arg("not a frame"));
+        key
+    };
+    let replaced = |key: &str| {
+        let kind: String = server.query(redis::cmd("TYPE").arg(key));
+        kind == "string"
+    };
+
+    let key = listed(ids[0]);
     let cache = node();
-    let answers = bounded("the batch", cache.fetch_many(ids.iter().copied())).await;
+    let answers = bounded("the batch", cache.fetch_many(ids[..2].iter().copied())).await;
     for (answer, id) in answers.iter().zip(&ids) {
         let fetched = ok(answer);
-        assert_eq!((fetched.source(), fetched.id), (Source::Fill, id.payload()));
+        assert_eq!(
+            (fetched.source(), payload(fetched.value())),
+            (Source::Fill, id.payload()),
+            "{table}"
+        );
     }
-    assert_eq!(cache.stats::<Tracked>().decode_errors, 1);
-    let kind: String = server.query(redis::cmd("TYPE").arg(&key));
-    assert_eq!(kind, "string", "the fill replaced the list");
+    assert_eq!(cache.stats::<T>().decode_errors, 1, "{table}");
+    assert!(replaced(&key), "{table}: the fill replaced the list");
     let shared = node().fetch(ids[0]).await.unwrap();
-    assert_eq!(shared.source(), Source::L2, "another node reads the fill");
+    assert_eq!(
+        shared.source(),
+        Source::L2,
+        "{table}: another node reads the fill"
+    );
+
+    let key = listed(ids[2]);
+    assert_eq!(cache.fetch(ids[2]).await.unwrap().source(), Source::Fill);
+    assert_eq!(
+        cache.stats::<T>().decode_errors,
+        2,
+        "{table}: a single fetch counts it once"
+    );
+    assert!(replaced(&key), "{table}: the single fill replaced the list");
+
+    let id = Id::mint();
+    let key = listed(id);
+    cache.invalidate(id).await.unwrap();
+    assert_eq!(
+        cache.stats::<T>().decode_errors,
+        3,
+        "{table}: so does an invalidation"
+    );
+    assert!(replaced(&key), "{table}: the tombstone replaced the list");
 }
 
 #[tokio::test]

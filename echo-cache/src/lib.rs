@@ -321,9 +321,11 @@
 //!   attributes) with the codec's name and the frame layout: a frame
 //!   written by a build whose struct, codec or layout differs is never
 //!   decoded; it is a miss that refills.
-//! - **Bad data**: a short frame, a malformed version, another schema or an
-//!   undecodable body is a miss that refills, counted in
-//!   [`Stats::decode_errors`], with a rate-limited `tracing` warning.
+//! - **Bad data**: a short frame, a malformed version, another schema, an
+//!   undecodable body or a key of another Redis type is a miss that
+//!   refills, counted in [`Stats::decode_errors`], with a rate-limited
+//!   `tracing` warning. A key of another type is replaced by the first
+//!   write that meets it (a fill, a `put`, an invalidation), counted once.
 //!   A value whose frame is over [`Builder::max_value_bytes`] (1 MiB unless
 //!   set) is served and kept in L1, not written to L2
 //!   ([`Stats::oversized`]).

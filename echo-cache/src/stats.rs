@@ -214,7 +214,8 @@ pub struct Stats {
     /// server is not answering; each went on to the loader.
     pub l2_errors: u64,
     /// L2 frames that were not a value of this table (short, malformed
-    /// version, another schema, undecodable body); each was refilled.
+    /// version, another schema, undecodable body, a key of another Redis
+    /// type); each was refilled, or replaced by a write.
     pub decode_errors: u64,
     /// Values larger than `max_value_bytes`: served and kept in L1, not
     /// written to L2.

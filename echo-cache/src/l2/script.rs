@@ -11,11 +11,13 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-/// The Lua that reads the version of the value at `KEYS[1]`, or `nil`. A
-/// key of another type (a list, a hash) has none: it is overwritten.
+/// The Lua that reads the version of the value at `key`, or `nil`; and
+/// whether the key is of another type (a list, a hash), which has none and
+/// is overwritten.
 const CURRENT_VERSION: &str = r"
 local function current_version(key)
-  if redis.call('TYPE', key)['ok'] ~= 'string' then return nil end
+  local kind = redis.call('TYPE', key)['ok']
+  if kind ~= 'string' then return nil, kind ~= 'none' end
   local value = redis.call('GET', key)
   if not value or #value < 14 then return nil end
   local version = string.sub(value, 1, 14)
@@ -28,13 +30,15 @@ end
 /// version as new as `ARGV[1]`'s. `ARGV[1]` is a frame (a fill, a put) or a
 /// tombstone (an invalidation): a fill never overwrites a newer frame or the
 /// tombstone of a newer invalidation, and a late or repeated invalidation
-/// never erases a newer row. Returns 1 if written, 0 if not.
+/// never erases a newer row. Returns 1 if written, 0 if not, 2 if written
+/// over a key of another type.
 pub(crate) static WRITE_IF_NEWER: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         "{CURRENT_VERSION}
-local current = current_version(KEYS[1])
+local current, other = current_version(KEYS[1])
 if current and current >= string.sub(ARGV[1], 4, 14) then return 0 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+if other then return 2 end
 return 1"
     ))
 });

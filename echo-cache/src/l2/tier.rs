@@ -17,7 +17,8 @@
 //! A key of another Redis type (a list, a hash left by someone else) reads
 //! as a bad frame, and the next fill overwrites it. `MGET` reads it as
 //! nothing; the fill that follows overwrites it all the same (a `SET NX`
-//! that it refuses looks at its type) and counts it then.
+//! that it refuses looks at its type) and counts it then, as a put or an
+//! invalidation that overwrites one does (the script tells).
 //!
 //! A `tracking` table's fills are written with `SET … NX` instead (see
 //! [`How::Vacant`]); its puts and invalidations go through the script, and
@@ -298,7 +299,12 @@ impl<T: Cached> Tier<T> {
             _ => How::Versioned,
         };
         let px = ttl_ms.saturating_add(self.grace_ms).max(1);
-        self.put_frame(key, &frame, px, how, counters).await
+        let replaced = self.put_frame(key, &frame, px, how, counters).await?;
+        // A fill over a bad frame was counted when it was read.
+        if replaced && write != (Write::Fill { over_bad: true }) {
+            self.bad_frame(key, "a key of another type", counters);
+        }
+        Ok(())
     }
 
     /// Drops `key`: leaves a tombstone of `version` unless a newer value is
@@ -310,14 +316,18 @@ impl<T: Cached> Tier<T> {
         counters: &Counters,
     ) -> Result<(), Failure> {
         let tombstone = version.to_bytes();
-        self.put_frame(
+        let replaced = (self.put_frame(
             key,
             &tombstone,
             self.tombstone_ttl_ms(),
             How::Versioned,
             counters,
-        )
-        .await
+        ))
+        .await?;
+        if replaced {
+            self.bad_frame(key, "a key of another type", counters);
+        }
+        Ok(())
     }
 
     /// Drops every frame of the table older than `version`, leaving
@@ -384,6 +394,8 @@ impl<T: Cached> Tier<T> {
         }
     }
 
+    /// Writes `frame` as `how` says; whether it replaced a key of another
+    /// type.
     async fn put_frame(
         &self,
         key: u64,
@@ -391,7 +403,7 @@ impl<T: Cached> Tier<T> {
         ttl_ms: u64,
         how: How,
         counters: &Counters,
-    ) -> Result<(), Failure> {
+    ) -> Result<bool, Failure> {
         // A tombstone is a bare version.
         let op = if frame.len() == crate::ID_LEN {
             "drop"
@@ -417,14 +429,11 @@ impl<T: Cached> Tier<T> {
         ttl_ms: u64,
         how: How,
         counters: &Counters,
-    ) -> Result<(), Failure> {
+    ) -> Result<bool, Failure> {
         let id_key = self.key(key);
         let written = match how {
             How::Versioned => self.write_if_newer(&id_key, frame, ttl_ms).await,
-            How::Vacant => {
-                self.write_if_vacant(key, &id_key, frame, ttl_ms, counters)
-                    .await
-            }
+            How::Vacant => self.write_if_vacant(&id_key, frame, ttl_ms).await,
         };
         if let Err(failure) = &written {
             self.dropped_write(failure, counters);
@@ -432,13 +441,13 @@ impl<T: Cached> Tier<T> {
         written
     }
 
-    /// [`WRITE_IF_NEWER`].
+    /// [`WRITE_IF_NEWER`]; whether it replaced a key of another type.
     async fn write_if_newer(
         &self,
         id_key: &[u8],
         frame: &[u8],
         ttl_ms: u64,
-    ) -> Result<(), Failure> {
+    ) -> Result<bool, Failure> {
         let ttl = ttl_ms.to_string();
         let args = [frame, ttl.as_bytes()];
         let lane = self.lane(id_key);
@@ -446,21 +455,19 @@ impl<T: Cached> Tier<T> {
             .server
             .eval::<i64>(lane, &WRITE_IF_NEWER, &[id_key], &args)
             .await)
-            .map(drop)
+            .map(|written| written == 2)
     }
 
     /// `SET … NX`. Refused, it looks at the key's type: a key of another
     /// type (which `MGET` reads as nothing) would refuse every fill, so it
-    /// is counted as a bad frame and overwritten, as a `GET` that meets it
-    /// has its fill do.
+    /// is overwritten, as a `GET` that meets it has its fill do; whether it
+    /// was.
     async fn write_if_vacant(
         &self,
-        key: u64,
         id_key: &[u8],
         frame: &[u8],
         ttl_ms: u64,
-        counters: &Counters,
-    ) -> Result<(), Failure> {
+    ) -> Result<bool, Failure> {
         let lane = self.lane(id_key);
         let mut set = Cmd::new();
         set.arg("SET")
@@ -470,15 +477,14 @@ impl<T: Cached> Tier<T> {
             .arg(ttl_ms)
             .arg("NX");
         if self.server.query::<redis::Value>(lane, set).await? != redis::Value::Nil {
-            return Ok(());
+            return Ok(false);
         }
         let kind = Cmd::new().arg("TYPE").arg(id_key).clone();
         let kind: String = self.server.query(lane, kind).await?;
         if kind == "string" || kind == "none" {
             // Another fill or a write got there first: theirs stands.
-            return Ok(());
+            return Ok(false);
         }
-        self.bad_frame(key, "a key of another type", counters);
         self.write_if_newer(id_key, frame, ttl_ms).await
     }
 
