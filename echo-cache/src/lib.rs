@@ -325,7 +325,8 @@
 //!   undecodable body or a key of another Redis type is a miss that
 //!   refills, counted in [`Stats::decode_errors`], with a rate-limited
 //!   `tracing` warning. A key of another type is replaced by the first
-//!   write that meets it (a fill, a `put`, an invalidation), counted once.
+//!   write that meets it (a fill, a `put`, an invalidation): the read that
+//!   met it counted it, or else that write does.
 //!   A value whose frame is over [`Builder::max_value_bytes`] (1 MiB unless
 //!   set) is served and kept in L1, not written to L2
 //!   ([`Stats::oversized`]).

@@ -316,14 +316,10 @@ impl<T: Cached> Tier<T> {
         counters: &Counters,
     ) -> Result<(), Failure> {
         let tombstone = version.to_bytes();
-        let replaced = (self.put_frame(
-            key,
-            &tombstone,
-            self.tombstone_ttl_ms(),
-            How::Versioned,
-            counters,
-        ))
-        .await?;
+        let ttl_ms = self.tombstone_ttl_ms();
+        let replaced = self
+            .put_frame(key, &tombstone, ttl_ms, How::Versioned, counters)
+            .await?;
         if replaced {
             self.bad_frame(key, "a key of another type", counters);
         }
