@@ -299,12 +299,10 @@ impl<T: Cached> Tier<T> {
             _ => How::Versioned,
         };
         let px = ttl_ms.saturating_add(self.grace_ms).max(1);
-        let replaced = self.put_frame(key, &frame, px, how, counters).await?;
-        // A fill over a bad frame was counted when it was read.
-        if replaced && write != (Write::Fill { over_bad: true }) {
-            self.bad_frame(key, "a key of another type", counters);
-        }
-        Ok(())
+        // A fill over a bad frame counted it when it read it.
+        let counted = write == (Write::Fill { over_bad: true });
+        self.put_frame(key, &frame, px, how, counted, counters)
+            .await
     }
 
     /// Drops `key`: leaves a tombstone of `version` unless a newer value is
@@ -317,13 +315,7 @@ impl<T: Cached> Tier<T> {
     ) -> Result<(), Failure> {
         let tombstone = version.to_bytes();
         let ttl_ms = self.tombstone_ttl_ms();
-        let replaced = self
-            .put_frame(key, &tombstone, ttl_ms, How::Versioned, counters)
-            .await?;
-        if replaced {
-            self.bad_frame(key, "a key of another type", counters);
-        }
-        Ok(())
+        (self.put_frame(key, &tombstone, ttl_ms, How::Versioned, false, counters)).await
     }
 
     /// Drops every frame of the table older than `version`, leaving
@@ -390,16 +382,17 @@ impl<T: Cached> Tier<T> {
         }
     }
 
-    /// Writes `frame` as `how` says; whether it replaced a key of another
-    /// type.
+    /// Writes `frame` as `how` says. A key of another type that it replaces
+    /// is counted as a bad frame, unless `counted` already.
     async fn put_frame(
         &self,
         key: u64,
         frame: &[u8],
         ttl_ms: u64,
         how: How,
+        counted: bool,
         counters: &Counters,
-    ) -> Result<bool, Failure> {
+    ) -> Result<(), Failure> {
         // A tombstone is a bare version.
         let op = if frame.len() == crate::ID_LEN {
             "drop"
@@ -407,7 +400,7 @@ impl<T: Cached> Tier<T> {
             "write"
         };
         let span = self.span(op, key);
-        let written = (self.put_frame_in(key, frame, ttl_ms, how, counters))
+        let written = (self.put_frame_in(key, frame, ttl_ms, how, counted, counters))
             .instrument(span.clone())
             .await;
         if let Err(failure) = &written {
@@ -424,17 +417,20 @@ impl<T: Cached> Tier<T> {
         frame: &[u8],
         ttl_ms: u64,
         how: How,
+        counted: bool,
         counters: &Counters,
-    ) -> Result<bool, Failure> {
+    ) -> Result<(), Failure> {
         let id_key = self.key(key);
         let written = match how {
             How::Versioned => self.write_if_newer(&id_key, frame, ttl_ms).await,
             How::Vacant => self.write_if_vacant(&id_key, frame, ttl_ms).await,
         };
-        if let Err(failure) = &written {
-            self.dropped_write(failure, counters);
+        match &written {
+            Ok(true) if !counted => self.bad_frame(key, "a key of another type", counters),
+            Ok(_) => {}
+            Err(failure) => self.dropped_write(failure, counters),
         }
-        written
+        written.map(drop)
     }
 
     /// [`WRITE_IF_NEWER`]; whether it replaced a key of another type.
