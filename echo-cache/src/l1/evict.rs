@@ -12,6 +12,7 @@ use std::hash::BuildHasher;
 use super::{Array, MARKING, REFRESHING, Rows, SHARDS, Tally, is_row, tombstone};
 use crate::sketch::Sketch;
 use crate::spec::Eviction;
+use crate::sync::AtomicU8;
 use crate::sync::Ordering::Relaxed;
 
 /// Of the unmarked rows after the hand, how many the victim is chosen from.
@@ -71,6 +72,26 @@ fn idle(mark: u8) -> u8 {
     match mark {
         0 | READ => 0,
         passes => passes - 1,
+    }
+}
+
+/// Sets the hand's count in a row's `mark` to `to(count)`, keeping the
+/// mark's [`REFRESHING`] bit as it is at the write, and returns the count
+/// it replaced. Compare and swap, not a load and a store: a hit may set the
+/// bit between the two (it starts the row's refresh, and a lost bit would
+/// let the next hit start another), or mark the row read.
+pub(super) fn recount(mark: &AtomicU8, to: impl Fn(u8) -> u8) -> u8 {
+    let mut seen = mark.load(Relaxed);
+    loop {
+        let count = seen & !REFRESHING;
+        let wanted = to(count) | (seen & REFRESHING);
+        if wanted == seen {
+            return count;
+        }
+        match mark.compare_exchange_weak(seen, wanted, Relaxed, Relaxed) {
+            Ok(_) => return count,
+            Err(current) => seen = current,
+        }
     }
 }
 
@@ -293,15 +314,18 @@ impl<T> Rows<T> {
             if now >= slot.expires_at() {
                 return Victim::dead(i);
             }
-            // The refresh bit is no part of the count, and stays.
-            let raw = marks[i].load(Relaxed);
-            let (mark, refreshing) = (raw & !REFRESHING, raw & REFRESHING);
-            if mark == READ && steps > 0 {
-                marks[i].store(refreshing, Relaxed);
+            let skips_read = steps > 0;
+            let mark = recount(&marks[i], |mark| {
+                if mark == READ && skips_read {
+                    0
+                } else {
+                    passed(mark)
+                }
+            });
+            if mark == READ && skips_read {
                 sketch.add(self.hasher.hash_one(slot.key.load(Relaxed)));
                 continue;
             }
-            marks[i].store(passed(mark) | refreshing, Relaxed);
             break (i, mark);
         };
         let (first, mark) = first;
@@ -378,9 +402,7 @@ impl<T> Rows<T> {
             }
             let sketch = tally.sketch.as_mut().expect("a full shard has a sketch");
             // A read counts as the hand counts it, in the sketch.
-            let raw = marks[i].load(Relaxed);
-            if raw & !REFRESHING == READ {
-                marks[i].store(raw & REFRESHING, Relaxed);
+            if recount(&marks[i], |mark| if mark == READ { 0 } else { mark }) == READ {
                 sketch.add(hash);
             }
             let dead = now >= slots[i].expires_at();

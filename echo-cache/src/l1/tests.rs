@@ -794,6 +794,7 @@ fn a_bounded_life_is_a_deadline_jittered_down_only() {
 mod model {
     use super::{Eviction, Row, Rows, rows, shard_mates, table};
     use crate::epoch;
+    use crate::l1::evict::{READ, recount};
     use crate::l1::{Live, REFRESHING, watched};
     use crate::sync::{AtomicU8, AtomicU64};
     use std::sync::Arc;
@@ -1001,6 +1002,39 @@ mod model {
             rearm.join().unwrap();
             let rearmed = mark.load(Relaxed) & REFRESHING == 0;
             assert!(started || rearmed, "the re-arm was lost");
+        });
+    }
+
+    /// The clock hand unmarking a row read (as it passes it, or as the
+    /// row leaves probation) while a hit finds the row due and starts its
+    /// refresh: the hit's REFRESHING bit stays, or a later hit would start
+    /// a second refresh of the row.
+    #[test]
+    fn the_hand_keeps_the_refresh_a_hit_started() {
+        check(|| {
+            let mark = Arc::new(AtomicU8::new(READ));
+            let hit = {
+                let mark = Arc::clone(&mark);
+                loom::thread::spawn(move || {
+                    let live = Live::<Word> {
+                        value: None,
+                        version: 1,
+                    };
+                    let mut started = false;
+                    watched(live, &mark, true, true, |_| started = true);
+                    started
+                })
+            };
+            recount(&mark, |count| if count == READ { 0 } else { count });
+            assert!(
+                hit.join().unwrap(),
+                "the row was not refreshing: the hit starts it"
+            );
+            assert_eq!(
+                mark.load(Relaxed) & REFRESHING,
+                REFRESHING,
+                "the refresh was lost"
+            );
         });
     }
 }
