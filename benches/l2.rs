@@ -63,8 +63,10 @@
 //! The components split the fill's overhead: `get_as_run` is the raw GET
 //! dressed the way echo-cache's `Server::run` sends it (a fresh `Cmd`, a
 //! clone of the connection, `tokio::time::timeout`), `get_in_task` is that
-//! in a task of its own (`spawn` + await, the hop to a detached flight),
-//! `fill_no_timeout` is `fetch_within(id, None)` (no waiter's timer),
+//! in a task of its own (`spawn` + await: the hop a flight takes only when
+//! the caller leading it gives up and it is detached; a fill's leader drives
+//! it in its own task, so the breakdown prints the hop apart, outside the
+//! fill's sum), `fill_no_timeout` is `fetch_within(id, None)` (no waiter's timer),
 //! `decode` is the frame body decoded with `Postcard` into an `Arc`, and
 //! `put_flush − put` is the flush of a table holding one row (in an L1-only
 //! cache), for reading `flush_fetch`. The summary prints their differences
@@ -645,17 +647,17 @@ fn breakdown(out: &mut String, rounds: &Rounds) {
             rounds.paired(|t| t("get_as_run") - t("raw_get")),
         ),
         (
-            "a task of its own (the flight hop)",
-            rounds.paired(|t| t("get_in_task") - t("get_as_run")),
-        ),
-        (
             "the waiter's fetch timeout",
             rounds.paired(|t| t("fill_fresh") - t("fill_no_timeout")),
         ),
         ("frame body decode + Arc", rounds.median("decode")),
         (
             "the rest (flight registry, watch, land, L1, counters)",
-            rounds.paired(|t| t("fill_no_timeout") - t("get_in_task") - t("decode")),
+            rounds.paired(|t| t("fill_no_timeout") - t("get_as_run") - t("decode")),
+        ),
+        (
+            "(a task of its own: a detached flight's hop, not a fill's)",
+            rounds.paired(|t| t("get_in_task") - t("get_as_run")),
         ),
         (
             "(flush of a 1-row table, for flush_fetch)",
