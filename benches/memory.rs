@@ -14,8 +14,8 @@
 //! values' own allocations (an `Arc` of a 64-byte value: 80 bytes each,
 //! the same in every engine), divided by the entries it holds.
 //!
-//! echo-cache's figure includes its slot arrays and marks (33 bytes a
-//! slot, sized for about 62.5 % full at `max_size`), the admission sketch
+//! echo-cache's figure includes its slot arrays (32 bytes a slot, the
+//! row's mark in it, sized for about 62.5 % full at `max_size`), the admission sketch
 //! (12 bytes an entry), and the table's other state; arrays that rebuilds
 //! retired are freed (the bench waits for the maintenance thread's sweeps
 //! to collect them) before it counts.

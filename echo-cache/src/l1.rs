@@ -6,8 +6,8 @@
 //! a mutex readers never touch.
 //!
 //! - Open addressing, linear probing, rows inline: a slot holds the key, the
-//!   `Arc` pointer, the version and the expiry, 32 bytes, plus one byte
-//!   beside the slots, its mark (below). A hit is a short chain of
+//!   `Arc` pointer, the version and a stamp (the expiry, the row's mark
+//!   (below) and its write count), 32 bytes. A hit is a short chain of
 //!   dependent loads (shard → slot → the `Arc`'s count), which is what it
 //!   costs once the `Arc`'s atomic increment orders everything.
 //! - Arrays hold `m · 2^e` slots (`m` from 16 to 31): sized to the rows a
@@ -53,13 +53,14 @@
 //! Eviction is a clock over each shard's slots with `TinyLFU` admission
 //! and a probation for new ids:
 //!
-//! - A hit marks its row read: a relaxed load of the row's mark byte, and
-//!   a store only if it was not marked read (once per turn of the hand,
-//!   not once per hit; no lock, no read-modify-write). The hand writes the
-//!   other marks: how many times it passed the row unread. Hits mark rows
-//!   only once the table is three quarters full: no hand turns before it
-//!   fills, and a hit in a table far from full does not touch the mark's
-//!   cache line.
+//! - A hit marks its row read: the mark is a byte of the stamp the hit
+//!   reads anyway (no other cache line), and it is written only if it was
+//!   not marked read (once per turn of the hand, not once per hit; no
+//!   lock). The hand writes the other marks: how many times it passed the
+//!   row unread. Marks change by compare-and-swap, which neither loses the
+//!   other's bits nor spoils a reader's check (which ignores the mark).
+//!   Hits mark rows only once the table is three quarters full: no hand
+//!   turns before it fills.
 //! - A new row's id is counted in its shard's [`Sketch`] (misses only).
 //! - An id asked for once lately (a first ask: a new hot id, or a one-off)
 //!   goes on probation, without the admission test: a first-in first-out
@@ -120,7 +121,7 @@ use crate::spec::{Eviction, TableSpec};
 mod evict;
 
 use crate::sync::Ordering::{Acquire, Relaxed, Release};
-use crate::sync::{AtomicPtr, AtomicU8, AtomicU64, AtomicUsize, Mutex, MutexGuard, fence};
+use crate::sync::{AtomicPtr, AtomicU64, AtomicUsize, Mutex, MutexGuard, fence};
 use evict::{Probation, Room};
 
 /// The hash of a probe's start and of the sketch, under a random seed:
@@ -142,23 +143,29 @@ const SHARDS: usize = 1 << SHARD_BITS;
 const MIN_SLOTS: usize = 16;
 /// Expiries are kept in the top 40 bits of a slot's stamp (34 years of
 /// milliseconds on the cache's clock, which starts at 0; later is "never");
-/// the low 24 bits count its writes, two per write (odd while under way).
+/// the low 24 bits hold the row's mark and count its writes, two per
+/// write (odd while under way).
 ///
 /// A reader checks the stamp before and after loading a row, so it could
 /// pair a value with another write's version only if, between its two
 /// stamp loads (a few nanoseconds), the slot were written a multiple of
-/// 2^23 times, the last write drawing the same expiry as the first. That
-/// takes 8.4 million writes of one id (1.4 s at the 6 million a second one
-/// writer manages into one id, measured) while the reader stays
-/// descheduled right there, and an expiry drawn again to the millisecond:
-/// `ttl ± ttl·jitter` gives 1 in 120,001 for 10-minute rows at the default
+/// 2^18 times (the count's 19 bits, less the odd bit; the row's mark takes
+/// 5 of the 24 bits below the expiry), the last write drawing the same
+/// expiry as the first. That takes 262,144 writes of one id (44 ms at the
+/// 6 million a second one writer manages into one id, measured) while the
+/// reader stays descheduled right there, and an expiry drawn again to the
+/// millisecond: `ttl ± ttl·jitter` gives 1 in 120,001 for 10-minute rows at the default
 /// 10 % jitter; without jitter the clock (ticking at least every 100 ms)
-/// must not have moved in those 1.4 s; rows that never expire share one
+/// must not have moved in those 44 ms; rows that never expire share one
 /// expiry, and only the count guards them. Even then the read is sound:
 /// the pin keeps alive every value unlinked since it began, and both
 /// halves come from writes made during that one read.
 const SEQ_BITS: u32 = 24;
-const SEQ_MASK: u64 = (1 << SEQ_BITS) - 1;
+/// Where a row's mark (5 bits) sits in its stamp: above the write count,
+/// below the expiry. A hit reads it with the stamp it loads anyway.
+const MARK_SHIFT: u32 = 19;
+const MARK_BITS: u64 = 0x1F << MARK_SHIFT;
+const SEQ_MASK: u64 = (1 << MARK_SHIFT) - 1;
 const MAX_EXPIRY: u64 = u64::MAX >> SEQ_BITS;
 
 /// One cached row: the value (or the remembered absence of one), its version
@@ -173,6 +180,18 @@ pub(crate) struct Row<T> {
     pub(crate) refreshable: bool,
 }
 
+/// The mark in a slot's stamp.
+fn mark_of(stamp: u64) -> u8 {
+    #[allow(clippy::cast_possible_truncation)] // masked to the mark's 5 bits
+    let mark = ((stamp & MARK_BITS) >> MARK_SHIFT) as u8;
+    mark
+}
+
+/// `stamp` with its mark replaced by `mark`.
+fn with_mark(stamp: u64, mark: u8) -> u64 {
+    stamp & !MARK_BITS | u64::from(mark) << MARK_SHIFT
+}
+
 /// What a live row holds.
 pub(crate) struct Live<T> {
     pub(crate) value: Option<Arc<T>>,
@@ -182,7 +201,7 @@ pub(crate) struct Live<T> {
 /// A row's mark, its top bit: its refresh was started, or it is not to be
 /// refreshed. The other bits are eviction's ([`evict::READ`]), which leaves
 /// this one as it is.
-const REFRESHING: u8 = 0x80;
+const REFRESHING: u8 = 0x10;
 
 // What a slot's value pointer holds besides an `Arc`'s (whose pointers are
 // never null, 1 or 2: they point past the `Arc`'s counts).
@@ -216,12 +235,13 @@ struct Slot<T> {
     /// `Arc::into_raw` of the value, or one of the markers above.
     value: AtomicPtr<T>,
     version: AtomicU64,
-    /// `expires_at << SEQ_BITS | writes`; odd while a write is under way.
+    /// `expires_at << SEQ_BITS | mark << MARK_SHIFT | writes`; odd while a
+    /// write is under way. The mark (see [`REFRESHING`], [`evict::READ`])
+    /// changes without a write: a reader's check ignores it.
     stamp: AtomicU64,
 }
 
-/// The slots of one shard, `capacity` of them, then their marks (a byte
-/// each: read since the clock hand last passed), in one zeroed allocation
+/// The slots of one shard, `capacity` of them, in one zeroed allocation
 /// aligned so that the low bits of its address carry the capacity's
 /// [`tag`]: one load of the shard's pointer gives a reader both.
 struct Array<T> {
@@ -311,8 +331,7 @@ struct Shard<T> {
 /// [`Shard::watch_ms`] while hits mark their rows read: once the table is
 /// three quarters full ([`Eviction::Hot`]), so that the rows read lately
 /// are marked when it fills and the clock hand starts to look at marks.
-/// Before, a hit spares itself the mark's cache line (a load after the
-/// value's locked increment: a tenth of a hit's time).
+/// Before, a hit neither tests nor writes marks.
 const MARKING: u64 = u64::MAX;
 
 pub(crate) struct Rows<T> {
@@ -371,43 +390,46 @@ impl<T> Slot<T> {
         self.stamp.load(Relaxed) >> SEQ_BITS
     }
 
+    fn mark(&self) -> u8 {
+        mark_of(self.stamp.load(Relaxed))
+    }
+
     /// Claims an empty slot for `key`. The shard's writer only.
-    fn claim(&self, key: u64, value: *mut T, version: u64, expires_at: u64) {
+    fn claim(&self, key: u64, value: *mut T, version: u64, expires_at: u64, mark: u8) {
         self.key.store(key, Relaxed);
         self.version.store(version, Relaxed);
-        self.stamp
-            .store(expires_at.min(MAX_EXPIRY) << SEQ_BITS, Relaxed);
+        let stamp = expires_at.min(MAX_EXPIRY) << SEQ_BITS;
+        self.stamp.store(with_mark(stamp, mark), Relaxed);
         self.value.store(value, Release);
     }
 
-    /// Writes a row (or a tombstone) into a claimed slot. The shard's writer
-    /// only.
-    fn write(&self, value: *mut T, version: u64, expires_at: u64) {
+    /// Writes a row (or a tombstone) into a claimed slot, with its `mark`.
+    /// The shard's writer only. A hit marking the old row meanwhile is
+    /// overwritten; once the stamp is odd, no hit marks.
+    fn write(&self, value: *mut T, version: u64, expires_at: u64, mark: u8) {
         let stamp = self.stamp.load(Relaxed);
         self.stamp.store(stamp | 1, Relaxed);
         fence(Release);
         self.value.store(value, Relaxed);
         self.version.store(version, Relaxed);
         let writes = (stamp + 2) & SEQ_MASK;
-        self.stamp
-            .store(expires_at.min(MAX_EXPIRY) << SEQ_BITS | writes, Release);
+        let stamp = expires_at.min(MAX_EXPIRY) << SEQ_BITS | writes;
+        self.stamp.store(with_mark(stamp, mark), Release);
     }
 }
 
 impl<T> Array<T> {
-    /// The layout of `capacity` slots and their marks; where the marks start.
-    fn layout(capacity: usize) -> (Layout, usize) {
+    /// The layout of `capacity` slots.
+    fn layout(capacity: usize) -> Layout {
         Layout::array::<Slot<T>>(capacity)
-            .and_then(|slots| slots.extend(Layout::array::<AtomicU8>(capacity)?))
-            .and_then(|(layout, marks)| Ok((layout.align_to(ARRAY_ALIGN)?, marks)))
+            .and_then(|slots| slots.align_to(ARRAY_ALIGN))
             .expect("an L1 array fits the address space")
     }
 
     /// A new array of empty slots, `capacity` of them.
     fn new(capacity: usize) -> Array<T> {
-        let (layout, _) = Array::<T>::layout(capacity);
-        // SAFETY: the layout is not zero-sized; all zeroes is empty slots
-        // and unmarked marks.
+        let layout = Array::<T>::layout(capacity);
+        // SAFETY: the layout is not zero-sized; all zeroes is empty slots.
         #[allow(clippy::cast_ptr_alignment)] // allocated with `ARRAY_ALIGN`
         let slots = unsafe { alloc::alloc_zeroed(layout) }.cast::<Slot<T>>();
         let Some(slots) = NonNull::new(slots) else {
@@ -421,10 +443,7 @@ impl<T> Array<T> {
         #[cfg(all(test, echo_cache_loom))]
         for i in 0..capacity {
             // SAFETY: inside the allocation, and nothing else sees it yet.
-            unsafe {
-                slots.as_ptr().add(i).write(Slot::vacant());
-                array.marks_ptr().add(i).write(AtomicU8::new(0));
-            }
+            unsafe { slots.as_ptr().add(i).write(Slot::vacant()) };
         }
         array
     }
@@ -464,21 +483,6 @@ impl<T> Array<T> {
         unsafe { std::slice::from_raw_parts(self.slots.as_ptr(), self.capacity()) }
     }
 
-    #[inline]
-    fn marks_ptr(&self) -> *mut AtomicU8 {
-        // The slots' size: a multiple of their alignment, so no padding.
-        let offset = self.capacity() * size_of::<Slot<T>>();
-        // SAFETY: the marks follow the slots in the allocation (`layout`).
-        unsafe { self.slots.as_ptr().cast::<AtomicU8>().byte_add(offset) }
-    }
-
-    /// The slots' marks: nonzero if read since the hand last passed.
-    #[inline]
-    fn marks(&self) -> &[AtomicU8] {
-        // SAFETY: `capacity` marks, allocated and initialized in `new`.
-        unsafe { std::slice::from_raw_parts(self.marks_ptr(), self.capacity()) }
-    }
-
     /// The slot after `i`, round the end.
     #[inline]
     fn next(&self, i: usize) -> usize {
@@ -509,13 +513,6 @@ impl<T> Array<T> {
         (&self.slots()[i], found)
     }
 
-    /// [`probe`](Self::probe), with the slot's index rather than whether
-    /// `key` claimed it.
-    fn probe_index(&self, key: u64, hash: u64) -> (&Slot<T>, usize) {
-        let (i, _) = self.find(key, hash);
-        (&self.slots()[i], i)
-    }
-
     /// Frees the slots (not the values they point to).
     ///
     /// # Safety
@@ -527,21 +524,12 @@ impl<T> Array<T> {
         #[cfg(all(test, echo_cache_loom))]
         for i in 0..self.capacity() {
             // SAFETY: the caller's guarantee; made in `new`.
-            let (slot, mark) = unsafe {
-                (
-                    &mut *self.slots.as_ptr().add(i),
-                    &mut *self.marks_ptr().add(i),
-                )
-            };
+            let slot = unsafe { &mut *self.slots.as_ptr().add(i) };
             slot.assert_unshared();
-            mark.with_mut(|_| ());
             // SAFETY: as above, and never used again.
-            unsafe {
-                ptr::drop_in_place(slot);
-                ptr::drop_in_place(mark);
-            }
+            unsafe { ptr::drop_in_place(slot) };
         }
-        let (layout, _) = Array::<T>::layout(self.capacity());
+        let layout = Array::<T>::layout(self.capacity());
         // SAFETY: allocated in `new` with this layout.
         unsafe { alloc::dealloc(self.slots.as_ptr().cast(), layout) };
     }
@@ -561,39 +549,46 @@ fn moved_hand(hand: usize, from: usize, to: usize) -> usize {
 /// a full table's hit finds marked read). Marks the row read for the clock
 /// hand if hits mark (a write once per turn of the hand), and calls
 /// `start_refresh` with its version if it is `due` and this read is the
-/// first to see it, which sets its [`REFRESHING`] bit. Takes `live` and gives it back so that the hit holds
-/// nothing across the call, which it would keep in memory in case
-/// `start_refresh` unwinds.
+/// first to see it, which sets its [`REFRESHING`] bit. `read` is the
+/// stamp the hit read the row with, `stamp` the slot's: a row written
+/// since is not this read's to mark. Takes `live` and gives it back so
+/// that the hit holds nothing across the call, which it would keep in
+/// memory in case `start_refresh` unwinds.
 #[cold]
 #[inline(never)]
 fn watched<T>(
     live: Live<T>,
-    mark: &AtomicU8,
+    stamp: &AtomicU64,
+    read: u64,
     marking: bool,
     due: bool,
     start_refresh: impl FnOnce(u64),
 ) -> Live<T> {
-    let mut seen = mark.load(Relaxed);
+    let mut seen = read;
     // Compare and swap, not store: a failed refresh's re-arm (clearing
-    // REFRESHING) between the load and the write must not be undone.
+    // REFRESHING) or the hand's pass between the load and the write must
+    // not be undone.
     let refresh = loop {
-        let refresh = due && seen & REFRESHING == 0;
-        let read = if marking || refresh {
+        let mark = mark_of(seen);
+        let refresh = due && mark & REFRESHING == 0;
+        let count = if marking || refresh {
             evict::READ
         } else {
-            seen & !REFRESHING
+            mark & !REFRESHING
         };
         let refreshing = if refresh {
             REFRESHING
         } else {
-            seen & REFRESHING
+            mark & REFRESHING
         };
-        let wanted = read | refreshing;
+        let wanted = with_mark(seen, count | refreshing);
         if wanted == seen {
             break false;
         }
-        match mark.compare_exchange_weak(seen, wanted, Relaxed, Relaxed) {
+        match stamp.compare_exchange_weak(seen, wanted, Relaxed, Relaxed) {
             Ok(_) => break refresh,
+            // A write under way, or done: another row.
+            Err(current) if (current ^ read) & !MARK_BITS != 0 => break false,
             Err(current) => seen = current,
         }
     };
@@ -728,7 +723,9 @@ impl<T> Rows<T> {
         let value = slot.value.load(Relaxed);
         let version = slot.version.load(Relaxed);
         fence(Acquire);
-        if stamp & 1 == 1 || slot.stamp.load(Relaxed) != stamp || !is_row(value) {
+        // A mark written meanwhile changes no field of the row.
+        let rewritten = (slot.stamp.load(Relaxed) ^ stamp) & !MARK_BITS != 0;
+        if stamp & 1 == 1 || rewritten || !is_row(value) {
             return None;
         }
         let expires = stamp >> SEQ_BITS;
@@ -746,14 +743,11 @@ impl<T> Rows<T> {
             value: unsafe { share(value) },
             version,
         };
-        // After the count's increment, which (a locked instruction on x86)
-        // would otherwise wait for the mark's cache line.
-        // SAFETY: `i < capacity`, the marks' count.
-        let mark = unsafe { array.marks().get_unchecked(i) };
         let due = left <= self.refresh_ms;
         // A full table's usual hit: a row marked read, not due.
-        if due || mark.load(Relaxed) & !REFRESHING != evict::READ {
-            return Some(watched(live, mark, watch_ms == MARKING, due, refresh));
+        if due || mark_of(stamp) & !REFRESHING != evict::READ {
+            let marking = watch_ms == MARKING;
+            return Some(watched(live, &slot.stamp, stamp, marking, due, refresh));
         }
         Some(live)
     }
@@ -805,7 +799,8 @@ impl<T> Rows<T> {
         let (i, found) = array.find(key, hash);
         let slot = &array.slots()[i];
         if found && is_row(slot.value.load(Relaxed)) && slot.version.load(Relaxed) == version {
-            array.marks()[i].fetch_and(!REFRESHING, Relaxed);
+            slot.stamp
+                .fetch_and(!(u64::from(REFRESHING) << MARK_SHIFT), Relaxed);
         }
     }
 
@@ -875,12 +870,8 @@ impl<T> Rows<T> {
             if is_row(old) {
                 // A replacement: no room needed. The read bit stays; the
                 // new row's refresh is not started.
-                let mark = &array.marks()[i];
-                mark.store(
-                    (mark.load(Relaxed) & !REFRESHING) | self.refresh_mark(&row),
-                    Relaxed,
-                );
-                slot.write(into_raw(row.value), row.version, row.expires_at);
+                let mark = slot.mark() & !REFRESHING | self.refresh_mark(&row);
+                slot.write(into_raw(row.value), row.version, row.expires_at, mark);
                 self.retire(old);
                 return Insert::Kept;
             }
@@ -892,8 +883,8 @@ impl<T> Rows<T> {
         }
         if let (Some(array), Some(i)) = (&array, found) {
             // The key's own tombstone.
-            array.marks()[i].store(self.refresh_mark(&row), Relaxed);
-            array.slots()[i].write(into_raw(row.value), row.version, row.expires_at);
+            let mark = self.refresh_mark(&row);
+            array.slots()[i].write(into_raw(row.value), row.version, row.expires_at, mark);
             tally.rows += 1;
             return Insert::Kept;
         }
@@ -904,13 +895,9 @@ impl<T> Rows<T> {
         } else {
             array.expect("a shard with capacity has an array")
         };
-        let (slot, i) = array.probe_index(key, hash);
-        // A slot claimed now was empty, its mark unset.
+        let (slot, _) = array.probe(key, hash);
         let mark = self.refresh_mark(&row);
-        if mark != 0 {
-            array.marks()[i].store(mark, Relaxed);
-        }
-        slot.claim(key, into_raw(row.value), row.version, row.expires_at);
+        slot.claim(key, into_raw(row.value), row.version, row.expires_at, mark);
         tally.claimed += 1;
         tally.rows += 1;
         Insert::Kept
@@ -935,8 +922,7 @@ impl<T> Rows<T> {
     /// have `claimed` of them claimed: past half while it is smaller than
     /// a full table's, past three quarters from that size. A hit's probe
     /// is short in a table below its bound (a shard's array is at most
-    /// half claimed, twice to four times its rows: 66 to 132 B a row with
-    /// the marks), and a full table is as small as its memory target
+    /// half claimed, twice to four times its rows: 64 to 128 B a row), and a full table is as small as its memory target
     /// needs (62.5 to 75 % claimed: about 1.5 probes a hit).
     fn crowded(&self, claimed: usize, capacity: usize) -> bool {
         // A slot count below `full_slots` is below the full array's, the
@@ -948,7 +934,7 @@ impl<T> Rows<T> {
         }
     }
 
-    /// Moves the rows of `shard` (and their marks) to a new array with room
+    /// Moves the rows of `shard` (marks and all) to a new array with room
     /// for `rows` rows.
     fn rebuild(
         &self,
@@ -962,14 +948,13 @@ impl<T> Rows<T> {
         // starts at its first slot.
         let hand = std::mem::take(&mut tally.hand);
         if let Some(old) = &old {
-            let (slots, marks) = (old.slots(), old.marks());
-            for (slot, mark) in slots.iter().zip(marks) {
+            for slot in old.slots() {
                 let value = slot.value.load(Relaxed);
                 if is_row(value) {
                     let key = slot.key.load(Relaxed);
                     let (i, _) = new.find(key, self.hasher.hash_one(key));
-                    new.slots()[i].claim(key, value, slot.version.load(Relaxed), slot.expires_at());
-                    new.marks()[i].store(mark.load(Relaxed), Relaxed);
+                    let (version, stamp) = (slot.version.load(Relaxed), slot.stamp.load(Relaxed));
+                    new.slots()[i].claim(key, value, version, stamp >> SEQ_BITS, mark_of(stamp));
                 }
             }
             // Slots keep the order of their hashes: the hand keeps its place.
@@ -1017,7 +1002,7 @@ impl<T> Rows<T> {
         if !found || !is_row(value) || version.is_some_and(|v| slot.version.load(Relaxed) >= v) {
             return false;
         }
-        slot.write(tombstone(), 0, 0);
+        slot.write(tombstone(), 0, 0, 0);
         self.retire(value);
         tally.rows -= 1;
         self.size.fetch_sub(1, Relaxed);
@@ -1052,7 +1037,7 @@ impl<T> Rows<T> {
             for slot in array.slots() {
                 let value = slot.value.load(Relaxed);
                 if is_row(value) && dead(slot.expires_at()) {
-                    slot.write(tombstone(), 0, 0);
+                    slot.write(tombstone(), 0, 0, 0);
                     self.retire(value);
                     tally.rows -= 1;
                     removed += 1;

@@ -260,12 +260,12 @@
 //!
 //! Either way [`Health::Full`] reports a table holding `max_size` rows.
 //!
-//! L1's own memory, values aside, is about 55 bytes a row in a full table
-//! (its slot arrays: 33 bytes a slot, about 62.5 % of them claimed) and 68
+//! L1's own memory, values aside, is about 53 bytes a row in a full table
+//! (its slot arrays: 32 bytes a slot, about 62.5 % of them claimed) and 66
 //! once it evicts (the sketch and probation above, and the tombstones of
 //! evicted rows); `benches/memory.rs` measures it beside `quick_cache`
 //! (52 to 66). Below `max_size`, arrays are kept at most half claimed, so
-//! that most hits read one slot: 66 to 132 bytes a row, never more than
+//! that most hits read one slot: 64 to 128 bytes a row, never more than
 //! the table's arrays once full.
 //!
 //! ```standalone_crate

@@ -3,12 +3,12 @@
 //! echo_cache_loom`).
 
 #[cfg(all(test, echo_cache_loom))]
-pub(crate) use loom::sync::atomic::{AtomicPtr, AtomicU8, AtomicU64, AtomicUsize, Ordering, fence};
+pub(crate) use loom::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering, fence};
 #[cfg(all(test, echo_cache_loom))]
 pub(crate) use loom::sync::{Mutex, MutexGuard};
 
 #[cfg(not(all(test, echo_cache_loom)))]
-pub(crate) use std::sync::atomic::{AtomicPtr, AtomicU8, AtomicU64, AtomicUsize, Ordering, fence};
+pub(crate) use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering, fence};
 #[cfg(not(all(test, echo_cache_loom)))]
 pub(crate) use std::sync::{Mutex, MutexGuard};
 

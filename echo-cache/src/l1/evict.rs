@@ -9,10 +9,12 @@
 use std::collections::VecDeque;
 use std::hash::BuildHasher;
 
-use super::{Array, MARKING, REFRESHING, Rows, SHARDS, Tally, is_row, tombstone};
+use super::{
+    Array, MARKING, REFRESHING, Rows, SHARDS, Tally, is_row, mark_of, tombstone, with_mark,
+};
 use crate::sketch::Sketch;
 use crate::spec::Eviction;
-use crate::sync::AtomicU8;
+use crate::sync::AtomicU64;
 use crate::sync::Ordering::Relaxed;
 
 /// Of the unmarked rows after the hand, how many the victim is chosen from.
@@ -26,6 +28,8 @@ const LOOK_AHEAD: usize = 32;
 pub(super) const READ: u8 = 1;
 /// The most passes a mark counts.
 const MOST_IDLE: u8 = 8;
+// A mark's count stays below its REFRESHING bit.
+const _: () = assert!(MOST_IDLE + 1 < REFRESHING);
 /// Passes of the hand unread that halve a row's rank. Measured with
 /// `benches/hit_ratio.rs` (points of hit ratio against the better of moka
 /// and `quick_cache`; zipf 0.8, zipf 0.99, scan + zipf, shifting, loop): no
@@ -75,20 +79,22 @@ fn idle(mark: u8) -> u8 {
     }
 }
 
-/// Sets the hand's count in a row's `mark` to `to(count)`, keeping the
-/// mark's [`REFRESHING`] bit as it is at the write, and returns the count
-/// it replaced. Compare and swap, not a load and a store: a hit may set the
-/// bit between the two (it starts the row's refresh, and a lost bit would
-/// let the next hit start another), or mark the row read.
-pub(super) fn recount(mark: &AtomicU8, to: impl Fn(u8) -> u8) -> u8 {
-    let mut seen = mark.load(Relaxed);
+/// Sets the hand's count in the mark of a row (its slot's `stamp`) to
+/// `to(count)`, keeping the mark's [`REFRESHING`] bit as it is at the
+/// write, and returns the count it replaced. Compare and swap, not a load
+/// and a store: a hit may set the bit between the two (it starts the row's
+/// refresh, and a lost bit would let the next hit start another), or mark
+/// the row read. Under the shard's lock: no write is under way.
+pub(super) fn recount(stamp: &AtomicU64, to: impl Fn(u8) -> u8) -> u8 {
+    let mut seen = stamp.load(Relaxed);
     loop {
-        let count = seen & !REFRESHING;
-        let wanted = to(count) | (seen & REFRESHING);
+        let mark = mark_of(seen);
+        let count = mark & !REFRESHING;
+        let wanted = with_mark(seen, to(count) | (mark & REFRESHING));
         if wanted == seen {
             return count;
         }
-        match mark.compare_exchange_weak(seen, wanted, Relaxed, Relaxed) {
+        match stamp.compare_exchange_weak(seen, wanted, Relaxed, Relaxed) {
             Ok(_) => return count,
             Err(current) => seen = current,
         }
@@ -295,7 +301,7 @@ impl<T> Rows<T> {
     /// Marked rows it passes are unmarked and counted in the sketch (each
     /// was read since the hand last passed).
     fn victim(&self, array: &Array<T>, tally: &mut Tally, now: u64) -> Victim {
-        let (slots, marks) = (array.slots(), array.marks());
+        let slots = array.slots();
         let Tally { hand, sketch, .. } = tally;
         let sketch = sketch
             .as_mut()
@@ -315,7 +321,7 @@ impl<T> Rows<T> {
                 return Victim::dead(i);
             }
             let skips_read = steps > 0;
-            let mark = recount(&marks[i], |mark| {
+            let mark = recount(&slot.stamp, |mark| {
                 if mark == READ && skips_read {
                     0
                 } else {
@@ -347,7 +353,7 @@ impl<T> Rows<T> {
             if seen == SAMPLE || i == first {
                 break;
             }
-            let mark = marks[i].load(Relaxed) & !REFRESHING;
+            let mark = slot.mark() & !REFRESHING;
             if !is_row(slot.value.load(Relaxed)) || mark == READ {
                 continue;
             }
@@ -379,7 +385,7 @@ impl<T> Rows<T> {
     /// that leaves unread gives up its place. If none does, probation
     /// grows: the clock's victim gives up its place, whatever its rank.
     fn make_probation_room(&self, array: &Array<T>, tally: &mut Tally, key: u64, now: u64) {
-        let (slots, marks) = (array.slots(), array.marks());
+        let slots = array.slots();
         let most = self.probation_most();
         // Out of the tally while rows are evicted; its queue at full
         // length, once, not rounded up.
@@ -402,7 +408,7 @@ impl<T> Rows<T> {
             }
             let sketch = tally.sketch.as_mut().expect("a full shard has a sketch");
             // A read counts as the hand counts it, in the sketch.
-            if recount(&marks[i], |mark| if mark == READ { 0 } else { mark }) == READ {
+            if recount(&slots[i].stamp, |mark| if mark == READ { 0 } else { mark }) == READ {
                 sketch.add(hash);
             }
             let dead = now >= slots[i].expires_at();
@@ -430,7 +436,7 @@ impl<T> Rows<T> {
     fn evict(&self, array: &Array<T>, tally: &mut Tally, victim: &Victim) {
         let slot = &array.slots()[victim.index];
         let value = slot.value.load(Relaxed);
-        slot.write(tombstone(), 0, 0);
+        slot.write(tombstone(), 0, 0, 0);
         self.retire(value);
         tally.rows -= 1;
         if !victim.dead {

@@ -243,6 +243,16 @@ fn ids_in_sequence_spread_over_every_shard() {
     }
 }
 
+/// The mark of `key`'s row.
+fn mark<T>(rows: &Rows<T>, key: u64) -> u8 {
+    let (shard, hash) = rows.locate(key);
+    let tally = shard.lock();
+    let array = shard.array(&tally).expect("an array");
+    let (i, found) = array.find(key, hash);
+    assert!(found, "a row of {key}");
+    array.slots()[i].mark()
+}
+
 /// `n` keys of the shard of `key`, `key` first.
 fn shard_mates<T>(rows: &Rows<T>, key: u64, n: usize) -> Vec<u64> {
     let shard = rows.locate(key).0;
@@ -359,14 +369,7 @@ fn a_scan_through_probation_evicts_a_row_a_shard() {
 fn hits_mark_their_rows_once_the_table_is_three_quarters_full() {
     let rows = table(8, Eviction::Hot);
     let keys = shard_mates(&rows, 1, 6);
-    let mark = |key: u64| {
-        let (shard, hash) = rows.locate(key);
-        let tally = shard.lock();
-        let array = shard.array(&tally).expect("an array");
-        let (i, found) = array.find(key, hash);
-        assert!(found);
-        array.marks()[i].load(Relaxed)
-    };
+    let mark = |key: u64| mark(&rows, key);
     for &key in &keys[..5] {
         assert!(rows.insert(key, row(key, 1, 100), 0).is_ok());
     }
@@ -795,10 +798,13 @@ mod model {
     use super::{Eviction, Row, Rows, rows, shard_mates, table};
     use crate::epoch;
     use crate::l1::evict::{READ, recount};
-    use crate::l1::{Live, REFRESHING, watched};
-    use crate::sync::{AtomicU8, AtomicU64};
+    use crate::l1::{Live, REFRESHING, mark_of, watched, with_mark};
+    use crate::sync::AtomicU64;
     use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+
+    /// A row's stamp (expiry 100, two writes), its mark aside.
+    const STAMP: u64 = 100 << super::SEQ_BITS | 4;
 
     /// A value loom watches: its bits are its row's version (a torn
     /// row shows), and a read of them not ordered before its drop fails
@@ -986,11 +992,12 @@ mod model {
     #[test]
     fn a_marking_hit_does_not_undo_a_failed_refreshs_rearm() {
         check(|| {
-            let mark = Arc::new(AtomicU8::new(REFRESHING));
+            let read = with_mark(STAMP, REFRESHING);
+            let stamp = Arc::new(AtomicU64::new(read));
             let rearm = {
-                let mark = Arc::clone(&mark);
+                let stamp = Arc::clone(&stamp);
                 loom::thread::spawn(move || {
-                    mark.fetch_and(!REFRESHING, Relaxed);
+                    stamp.fetch_and(!with_mark(0, REFRESHING), Relaxed);
                 })
             };
             let mut started = false;
@@ -998,10 +1005,37 @@ mod model {
                 value: None,
                 version: 1,
             };
-            watched(live, &mark, true, true, |_| started = true);
+            watched(live, &stamp, read, true, true, |_| started = true);
             rearm.join().unwrap();
-            let rearmed = mark.load(Relaxed) & REFRESHING == 0;
+            let rearmed = mark_of(stamp.load(Relaxed)) & REFRESHING == 0;
             assert!(started || rearmed, "the re-arm was lost");
+        });
+    }
+
+    /// Two hits marking the same row read (hits mark once the table is
+    /// nearly full): the mark is a byte of the stamp each reads the row
+    /// under, and one's mark written between the other's two loads of it
+    /// does not make that read a miss.
+    #[test]
+    fn a_mark_written_during_a_read_does_not_spoil_it() {
+        check(|| {
+            let rows = Arc::new(table::<Word>(1, Eviction::Hot));
+            let drops = Arc::new(AtomicUsize::new(0));
+            assert!(rows.insert(7, word(1, 100, &drops), 0).is_ok());
+            rows.start_marking();
+            let hit = |rows: &Rows<Word>| {
+                let pin = epoch::pin();
+                let live = rows.get(&pin, 7, 0, |_| ());
+                drop(pin);
+                live.map(|live| live.version)
+            };
+            let other = {
+                let rows = Arc::clone(&rows);
+                loom::thread::spawn(move || hit(&rows))
+            };
+            assert_eq!(hit(&rows), Some(1), "a hit");
+            assert_eq!(other.join().unwrap(), Some(1), "a hit");
+            assert_eq!(super::mark(&rows, 7), READ, "marked read");
         });
     }
 
@@ -1012,26 +1046,27 @@ mod model {
     #[test]
     fn the_hand_keeps_the_refresh_a_hit_started() {
         check(|| {
-            let mark = Arc::new(AtomicU8::new(READ));
+            let read = with_mark(STAMP, READ);
+            let stamp = Arc::new(AtomicU64::new(read));
             let hit = {
-                let mark = Arc::clone(&mark);
+                let stamp = Arc::clone(&stamp);
                 loom::thread::spawn(move || {
                     let live = Live::<Word> {
                         value: None,
                         version: 1,
                     };
                     let mut started = false;
-                    watched(live, &mark, true, true, |_| started = true);
+                    watched(live, &stamp, read, true, true, |_| started = true);
                     started
                 })
             };
-            recount(&mark, |count| if count == READ { 0 } else { count });
+            recount(&stamp, |count| if count == READ { 0 } else { count });
             assert!(
                 hit.join().unwrap(),
                 "the row was not refreshing: the hit starts it"
             );
             assert_eq!(
-                mark.load(Relaxed) & REFRESHING,
+                mark_of(stamp.load(Relaxed)) & REFRESHING,
                 REFRESHING,
                 "the refresh was lost"
             );
