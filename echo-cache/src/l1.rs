@@ -53,7 +53,7 @@
 //! Eviction is a clock over each shard's slots with `TinyLFU` admission
 //! and a probation for new ids:
 //!
-//! - A hit marks its row read: the mark is a byte of the stamp the hit
+//! - A hit marks its row read: the mark is 5 bits of the stamp the hit
 //!   reads anyway (no other cache line), and it is written only if it was
 //!   not marked read (once per turn of the hand, not once per hit; no
 //!   lock). The hand writes the other marks: how many times it passed the
@@ -154,8 +154,8 @@ const MIN_SLOTS: usize = 16;
 /// expiry as the first. That takes 262,144 writes of one id (44 ms at the
 /// 6 million a second one writer manages into one id, measured) while the
 /// reader stays descheduled right there, and an expiry drawn again to the
-/// millisecond: `ttl ± ttl·jitter` gives 1 in 120,001 for 10-minute rows at the default
-/// 10 % jitter; without jitter the clock (ticking at least every 100 ms)
+/// millisecond: `ttl ± ttl·jitter` gives 1 in 120,001 for 10-minute rows
+/// at the default 10 % jitter; without jitter the clock (ticking at least every 100 ms)
 /// must not have moved in those 44 ms; rows that never expire share one
 /// expiry, and only the count guards them. Even then the read is sound:
 /// the pin keeps alive every value unlinked since it began, and both
@@ -190,6 +190,34 @@ fn mark_of(stamp: u64) -> u8 {
 /// `stamp` with its mark replaced by `mark`.
 fn with_mark(stamp: u64, mark: u8) -> u64 {
     stamp & !MARK_BITS | u64::from(mark) << MARK_SHIFT
+}
+
+/// Whether two stamps are of the same write of a slot (marks aside): no
+/// write began or ended between their loads.
+fn same_write(a: u64, b: u64) -> bool {
+    (a ^ b) & !MARK_BITS == 0
+}
+
+/// Sets the mark of a slot's `stamp`, read as `read`, to `to(mark)`;
+/// returns the mark it replaced, or `None` if the slot was written since
+/// `read` (another row, or a write under way: not the caller's to mark).
+/// Compare and swap, not a load and a store: a mark written meanwhile (a
+/// hit's read bit, the hand's count, a failed refresh's re-arm clearing
+/// [`REFRESHING`]) is seen by `to`, not undone.
+fn update_mark(stamp: &AtomicU64, read: u64, to: impl Fn(u8) -> u8) -> Option<u8> {
+    let mut seen = read;
+    loop {
+        let mark = mark_of(seen);
+        let wanted = with_mark(seen, to(mark));
+        if wanted == seen {
+            return Some(mark);
+        }
+        match stamp.compare_exchange_weak(seen, wanted, Relaxed, Relaxed) {
+            Ok(_) => return Some(mark),
+            Err(current) if !same_write(current, read) => return None,
+            Err(current) => seen = current,
+        }
+    }
 }
 
 /// What a live row holds.
@@ -564,35 +592,21 @@ fn watched<T>(
     due: bool,
     start_refresh: impl FnOnce(u64),
 ) -> Live<T> {
-    let mut seen = read;
-    // Compare and swap, not store: a failed refresh's re-arm (clearing
-    // REFRESHING) or the hand's pass between the load and the write must
-    // not be undone.
-    let refresh = loop {
-        let mark = mark_of(seen);
-        let refresh = due && mark & REFRESHING == 0;
-        let count = if marking || refresh {
+    let starts = |mark: u8| due && mark & REFRESHING == 0;
+    let replaced = update_mark(stamp, read, |mark| {
+        let count = if marking || starts(mark) {
             evict::READ
         } else {
             mark & !REFRESHING
         };
-        let refreshing = if refresh {
+        let refreshing = if starts(mark) {
             REFRESHING
         } else {
             mark & REFRESHING
         };
-        let wanted = with_mark(seen, count | refreshing);
-        if wanted == seen {
-            break false;
-        }
-        match stamp.compare_exchange_weak(seen, wanted, Relaxed, Relaxed) {
-            Ok(_) => break refresh,
-            // A write under way, or done: another row.
-            Err(current) if (current ^ read) & !MARK_BITS != 0 => break false,
-            Err(current) => seen = current,
-        }
-    };
-    if refresh {
+        count | refreshing
+    });
+    if replaced.is_some_and(starts) {
         start_refresh(live.version);
     }
     live
@@ -724,7 +738,7 @@ impl<T> Rows<T> {
         let version = slot.version.load(Relaxed);
         fence(Acquire);
         // A mark written meanwhile changes no field of the row.
-        let rewritten = (slot.stamp.load(Relaxed) ^ stamp) & !MARK_BITS != 0;
+        let rewritten = !same_write(slot.stamp.load(Relaxed), stamp);
         if stamp & 1 == 1 || rewritten || !is_row(value) {
             return None;
         }
@@ -799,8 +813,7 @@ impl<T> Rows<T> {
         let (i, found) = array.find(key, hash);
         let slot = &array.slots()[i];
         if found && is_row(slot.value.load(Relaxed)) && slot.version.load(Relaxed) == version {
-            slot.stamp
-                .fetch_and(!(u64::from(REFRESHING) << MARK_SHIFT), Relaxed);
+            slot.stamp.fetch_and(!with_mark(0, REFRESHING), Relaxed);
         }
     }
 
@@ -922,8 +935,9 @@ impl<T> Rows<T> {
     /// have `claimed` of them claimed: past half while it is smaller than
     /// a full table's, past three quarters from that size. A hit's probe
     /// is short in a table below its bound (a shard's array is at most
-    /// half claimed, twice to four times its rows: 64 to 128 B a row), and a full table is as small as its memory target
-    /// needs (62.5 to 75 % claimed: about 1.5 probes a hit).
+    /// half claimed, twice to four times its rows: 64 to 128 B a row), and
+    /// a full table is as small as its memory target needs (62.5 to 75 %
+    /// claimed: about 1.5 probes a hit).
     fn crowded(&self, claimed: usize, capacity: usize) -> bool {
         // A slot count below `full_slots` is below the full array's, the
         // least slot count of at least it.

@@ -9,9 +9,7 @@
 use std::collections::VecDeque;
 use std::hash::BuildHasher;
 
-use super::{
-    Array, MARKING, REFRESHING, Rows, SHARDS, Tally, is_row, mark_of, tombstone, with_mark,
-};
+use super::{Array, MARKING, REFRESHING, Rows, SHARDS, Tally, is_row, tombstone, update_mark};
 use crate::sketch::Sketch;
 use crate::spec::Eviction;
 use crate::sync::AtomicU64;
@@ -81,24 +79,15 @@ fn idle(mark: u8) -> u8 {
 
 /// Sets the hand's count in the mark of a row (its slot's `stamp`) to
 /// `to(count)`, keeping the mark's [`REFRESHING`] bit as it is at the
-/// write, and returns the count it replaced. Compare and swap, not a load
-/// and a store: a hit may set the bit between the two (it starts the row's
-/// refresh, and a lost bit would let the next hit start another), or mark
-/// the row read. Under the shard's lock: no write is under way.
+/// write ([`update_mark`]: a hit may set it meanwhile, starting the row's
+/// refresh, which a lost bit would let the next hit start again), and
+/// returns the count it replaced. Under the shard's lock: no write is
+/// under way.
 pub(super) fn recount(stamp: &AtomicU64, to: impl Fn(u8) -> u8) -> u8 {
-    let mut seen = stamp.load(Relaxed);
-    loop {
-        let mark = mark_of(seen);
-        let count = mark & !REFRESHING;
-        let wanted = with_mark(seen, to(count) | (mark & REFRESHING));
-        if wanted == seen {
-            return count;
-        }
-        match stamp.compare_exchange_weak(seen, wanted, Relaxed, Relaxed) {
-            Ok(_) => return count,
-            Err(current) => seen = current,
-        }
-    }
+    let replaced = update_mark(stamp, stamp.load(Relaxed), |mark| {
+        to(mark & !REFRESHING) | mark & REFRESHING
+    });
+    replaced.expect("no write under the shard's lock") & !REFRESHING
 }
 
 /// A row's mark after one more pass of the hand without a read.

@@ -806,6 +806,18 @@ mod model {
     /// A row's stamp (expiry 100, two writes), its mark aside.
     const STAMP: u64 = 100 << super::SEQ_BITS | 4;
 
+    /// A hit of a marking table on a row due for refresh, read as `read`:
+    /// whether it starts the refresh.
+    fn due_hit(stamp: &AtomicU64, read: u64) -> bool {
+        let live = Live::<Word> {
+            value: None,
+            version: 1,
+        };
+        let mut started = false;
+        watched(live, stamp, read, true, true, |_| started = true);
+        started
+    }
+
     /// A value loom watches: its bits are its row's version (a torn
     /// row shows), and a read of them not ordered before its drop fails
     /// the model.
@@ -1000,12 +1012,7 @@ mod model {
                     stamp.fetch_and(!with_mark(0, REFRESHING), Relaxed);
                 })
             };
-            let mut started = false;
-            let live = Live::<Word> {
-                value: None,
-                version: 1,
-            };
-            watched(live, &stamp, read, true, true, |_| started = true);
+            let started = due_hit(&stamp, read);
             rearm.join().unwrap();
             let rearmed = mark_of(stamp.load(Relaxed)) & REFRESHING == 0;
             assert!(started || rearmed, "the re-arm was lost");
@@ -1013,7 +1020,7 @@ mod model {
     }
 
     /// Two hits marking the same row read (hits mark once the table is
-    /// nearly full): the mark is a byte of the stamp each reads the row
+    /// nearly full): the mark is 5 bits of the stamp each reads the row
     /// under, and one's mark written between the other's two loads of it
     /// does not make that read a miss.
     #[test]
@@ -1050,15 +1057,7 @@ mod model {
             let stamp = Arc::new(AtomicU64::new(read));
             let hit = {
                 let stamp = Arc::clone(&stamp);
-                loom::thread::spawn(move || {
-                    let live = Live::<Word> {
-                        value: None,
-                        version: 1,
-                    };
-                    let mut started = false;
-                    watched(live, &stamp, read, true, true, |_| started = true);
-                    started
-                })
+                loom::thread::spawn(move || due_hit(&stamp, read))
             };
             recount(&stamp, |count| if count == READ { 0 } else { count });
             assert!(

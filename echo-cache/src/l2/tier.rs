@@ -315,7 +315,8 @@ impl<T: Cached> Tier<T> {
     ) -> Result<(), Failure> {
         let tombstone = version.to_bytes();
         let ttl_ms = self.tombstone_ttl_ms();
-        (self.put_frame(key, &tombstone, ttl_ms, How::Versioned, false, counters)).await
+        self.put_frame(key, &tombstone, ttl_ms, How::Versioned, false, counters)
+            .await
     }
 
     /// Drops every frame of the table older than `version`, leaving
