@@ -192,6 +192,20 @@ async fn without_jitter_every_row_dies_exactly_at_ttl() {
     assert_eq!(alive(&cache, &ids).await, 0, "all dead at ttl");
 }
 
+#[tokio::test]
+async fn a_clock_advanced_past_every_deadline_stays_past_them() {
+    let Rig {
+        cache, open, clock, ..
+    } = Rig::new(|n| Exact { n });
+    let ids = fill_cohort::<Exact>(&cache, &open, 100).await;
+
+    clock.advance(Duration::MAX);
+    assert_eq!(clock.now_ms(), u64::MAX, "saturated, not wrapped round");
+    assert_eq!(alive(&cache, &ids).await, 0, "all dead");
+    clock.advance(Duration::from_millis(1));
+    assert_eq!(clock.now_ms(), u64::MAX);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_sweeper_reclaims_expired_rows_and_only_those() {
     let Rig {

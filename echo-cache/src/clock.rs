@@ -70,7 +70,8 @@ impl Clock {
         self.inner.now_ms.load(Ordering::Relaxed)
     }
 
-    /// Moves a manual clock forward by `by`.
+    /// Moves a manual clock forward by `by`, up to `u64::MAX` ms (past
+    /// every deadline), where it stays.
     ///
     /// # Panics
     ///
@@ -78,7 +79,16 @@ impl Clock {
     pub fn advance(&self, by: Duration) {
         assert!(self.is_manual(), "only a manual clock can be advanced");
         let by = millis(by);
-        self.inner.now_ms.fetch_add(by, Ordering::Relaxed);
+        let mut now = self.now_ms();
+        // A wrapped sum would take the clock back to the start.
+        while let Err(seen) = self.inner.now_ms.compare_exchange_weak(
+            now,
+            now.saturating_add(by),
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        ) {
+            now = seen;
+        }
     }
 
     /// Whether this is a [`manual`](Self::manual) clock.
