@@ -14,9 +14,9 @@
 //!   shard holds, at most 6.25 % over, rather than to the next power of
 //!   two (up to 100 % over). A key's probe starts at its hash's low bits
 //!   scaled to the slot count (a multiply, not a mask).
-//! - A key's shard comes from a hash with fixed seeds, which needs nothing
-//!   loaded; its probe's start from a hash with the table's random seed,
-//!   computed while the shard's pointer loads ([`shard_of`]).
+//! - One hash of the key under the table's random seed gives both its
+//!   shard (the top bits, [`shard_of`]) and its probe's start (the low
+//!   bits).
 //! - Arrays are at most half claimed while they grow (a hit's probe is
 //!   short: most hits read one slot) and up to three quarters once they
 //!   reach the size a full table needs, which is what a full table costs
@@ -124,15 +124,24 @@ use crate::sync::Ordering::{Acquire, Relaxed, Release};
 use crate::sync::{AtomicPtr, AtomicU64, AtomicUsize, Mutex, MutexGuard, fence};
 use evict::{Probation, Room};
 
-/// The hash of a probe's start and of the sketch, under a random seed:
-/// foldhash's `quality` flavour, one more multiply than `fast`, whose one
-/// multiply by the process's random seed placed sequential ids (snowflakes,
-/// counters) in a few shards for some seeds, when shards came from it.
-#[cfg(not(all(test, echo_cache_loom)))]
-type Hasher = foldhash::quality::RandomState;
-/// The model checker replays executions: where keys land must not change.
-#[cfg(all(test, echo_cache_loom))]
+/// The hash of a key's shard, its probe's start and the sketch: foldhash's
+/// `quality` flavour under the table's random seed ([`random_hasher`]),
+/// one more multiply than `fast`, whose one multiply by the seed placed
+/// sequential ids (snowflakes, counters) in a few shards for some seeds.
+/// `FixedState` with a seed of our own rather than `RandomState`: its
+/// other seeds are constants, so a hit loads one seed, not two.
 type Hasher = foldhash::quality::FixedState;
+
+/// A [`Hasher`] with a random seed: ids an adversary picks cannot be
+/// aimed at one probe's run. The model checker replays executions, so
+/// under it keys land where they did the last time.
+fn random_hasher() -> Hasher {
+    #[cfg(not(all(test, echo_cache_loom)))]
+    let hasher = Hasher::with_seed(foldhash::quality::RandomState::default().hash_one(0_u64));
+    #[cfg(all(test, echo_cache_loom))]
+    let hasher = Hasher::default();
+    hasher
+}
 
 /// Writers lock one of 16 shards ([`shard_of`]): fills of
 /// different ids rarely wait for each other, and a rebuild copies a
@@ -612,15 +621,10 @@ fn watched<T>(
     live
 }
 
-/// The shard of a key: the top bits of its hash under fixed seeds, which a
-/// hit has from the key alone, while it loads the table's random seed for
-/// the probe's [`start`](Array::start) (a seed loaded first would delay every
-/// step after it). Fixed seeds let ids chosen by an adversary crowd one
-/// shard, which only takes them to its share of rows; the probe, where
-/// crowding would cost, stays under the random seed.
+/// The shard of a key's [`Hasher`] hash: its top bits, while the
+/// probe's [`start`](Array::start) takes the low ones.
 #[inline]
-fn shard_of(key: u64) -> usize {
-    let hash = foldhash::quality::FixedState::default().hash_one(key);
+fn shard_of(hash: u64) -> usize {
     #[allow(clippy::cast_possible_truncation)] // SHARD_BITS bits
     let shard = (hash >> (64 - SHARD_BITS)) as usize;
     shard
@@ -675,7 +679,7 @@ impl<T> Rows<T> {
                 writer: Mutex::new(Tally::default()),
                 watch_ms: AtomicU64::new(spec.refresh_ms),
             }),
-            hasher: Hasher::default(),
+            hasher: random_hasher(),
             garbage: Garbage::new(),
             size: AtomicUsize::new(0),
             max_size: spec.max_size,
@@ -696,7 +700,8 @@ impl<T> Rows<T> {
 
     #[inline]
     fn locate(&self, key: u64) -> (&Shard<T>, u64) {
-        (&self.shards[shard_of(key)], self.hasher.hash_one(key))
+        let hash = self.hasher.hash_one(key);
+        (&self.shards[shard_of(hash)], hash)
     }
 
     /// The row of `key` if it is alive at `now`. A row caught mid-write
@@ -854,7 +859,7 @@ impl<T> Rows<T> {
             // The key's shard, short of its share of rows, has none to give
             // up: a row of another shard, then a reservation.
             Insert::Elsewhere(row, estimate) => {
-                if !self.evict_elsewhere(shard_of(key), estimate, now) {
+                if !self.evict_elsewhere(shard_of(hash), estimate, now) {
                     return Err(row);
                 }
                 match self.insert_hashed(key, hash, row, now, false) {
@@ -868,7 +873,7 @@ impl<T> Rows<T> {
     /// [`insert`](Self::insert) within the key's shard; `count`: count the
     /// key in the shard's sketch (not again when trying a second time).
     fn insert_hashed(&self, key: u64, hash: u64, row: Row<T>, now: u64, count: bool) -> Insert<T> {
-        let shard = &self.shards[shard_of(key)];
+        let shard = &self.shards[shard_of(hash)];
         let mut tally = shard.lock();
         let array = shard.array(&tally);
         let found = array

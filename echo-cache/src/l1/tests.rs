@@ -224,21 +224,28 @@ fn ids_in_sequence_spread_over_every_shard() {
     // Counters, snowflakes (a millisecond apart, or one worker's sequence)
     // and round numbers: a full table evicts per shard, so a shard that
     // takes too many of them evicts its own rows while others have room.
-    // The shard's hash has fixed seeds: every process places them alike.
+    // Under every seed: a few fixed ones, and this run's random one.
     let ids = 1_600;
     let fair = ids / SHARDS;
-    for base in [0, 1 << 50, u64::MAX / 3] {
-        for stride in [1, 3, 7, 1_000, 4_096_000, 1 << 22, 1_000_000_000, 1 << 40] {
-            let mut per_shard = [0; SHARDS];
-            for i in 0..ids as u64 {
-                per_shard[shard_of(base.wrapping_add(i * stride))] += 1;
+    let seeds = [0, 1, 0x9E37_79B9_7F4A_7C15, u64::MAX];
+    let hashers = seeds
+        .map(Hasher::with_seed)
+        .into_iter()
+        .chain([random_hasher()]);
+    for (h, hasher) in hashers.enumerate() {
+        for base in [0, 1 << 50, u64::MAX / 3] {
+            for stride in [1, 3, 7, 1_000, 4_096_000, 1 << 22, 1_000_000_000, 1 << 40] {
+                let mut per_shard = [0; SHARDS];
+                for i in 0..ids as u64 {
+                    per_shard[shard_of(hasher.hash_one(base.wrapping_add(i * stride)))] += 1;
+                }
+                assert!(
+                    per_shard
+                        .iter()
+                        .all(|&n| n > fair * 2 / 5 && n < fair * 8 / 5),
+                    "hasher {h}, base {base}, stride {stride}: {per_shard:?}"
+                );
             }
-            assert!(
-                per_shard
-                    .iter()
-                    .all(|&n| n > fair * 2 / 5 && n < fair * 8 / 5),
-                "base {base}, stride {stride}: {per_shard:?}"
-            );
         }
     }
 }
