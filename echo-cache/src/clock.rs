@@ -79,16 +79,13 @@ impl Clock {
     pub fn advance(&self, by: Duration) {
         assert!(self.is_manual(), "only a manual clock can be advanced");
         let by = millis(by);
-        let mut now = self.now_ms();
-        // A wrapped sum would take the clock back to the start.
-        while let Err(seen) = self.inner.now_ms.compare_exchange_weak(
-            now,
-            now.saturating_add(by),
-            Ordering::Relaxed,
-            Ordering::Relaxed,
-        ) {
-            now = seen;
-        }
+        // Saturating: a wrapped sum would take the clock back to the start.
+        let _ = self
+            .inner
+            .now_ms
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |now| {
+                Some(now.saturating_add(by))
+            });
     }
 
     /// Whether this is a [`manual`](Self::manual) clock.
