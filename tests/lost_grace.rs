@@ -313,6 +313,9 @@ async fn nothing_is_served_stale_while_the_channel_is_lost() {
     let (bypassed, unverified) = (Id::<Failsafe>::mint(), Id::<FailsafeGraced>::mint());
     b.fetch(bypassed).await.unwrap();
     b.fetch(unverified).await.unwrap();
+    // L1's rows die 300 ms after their insert on B's clock, which comes
+    // after the frames' SET and may lag the server's.
+    let l1_dead_at = b.clock().now_ms() + 300;
     let mut raw = server.connection().await;
 
     cut_links(&server, &mut raw).await;
@@ -335,14 +338,20 @@ async fn nothing_is_served_stale_while_the_channel_is_lost() {
         })
         .await;
     }
+    eventually("the L1 row's expiry", async || {
+        b.clock().now_ms() > l1_dead_at
+    })
+    .await;
     failing.store(true, SeqCst);
+    let got = b.fetch(bypassed).await;
     assert!(
-        matches!(b.fetch(bypassed).await, Err(Error::Load { .. })),
-        "bypassing: the loader's error, not L2's expired frame"
+        matches!(got, Err(Error::Load { .. })),
+        "bypassing: the loader's error, not L2's expired frame; got {got:?}"
     );
+    let got = b.fetch(unverified).await;
     assert!(
-        matches!(b.fetch(unverified).await, Err(Error::Load { .. })),
-        "unverified: the loader's error, not a stale value"
+        matches!(got, Err(Error::Load { .. })),
+        "unverified: the loader's error, not a stale value; got {got:?}"
     );
     assert_eq!(
         b.stats::<Failsafe>().stale_served + b.stats::<FailsafeGraced>().stale_served,
