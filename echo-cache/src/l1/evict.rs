@@ -62,7 +62,8 @@ const PROBATION_TENTHS: usize = 2;
 /// +0.23, +1.10 (and with a wider sketch, 16 or 32 left the shifting
 /// load's probation short: -2.95 and -2.15 points there); 80 +0.11, +0.07,
 /// -0.41, +0.95, +1.10; 96 grows it on a steady Zipf load too: -0.16,
-/// +0.06, -0.43, +0.89, +1.10.
+/// +0.06, -0.43, +0.89, +1.10. A probation that keeps at least 4 rows,
+/// not 1, loses on scan + zipf: -0.31 (16 rows: -0.67).
 const GROWTH: usize = 64;
 /// The least share of a shard that keeps rows on probation: its one row
 /// at least is then a small part of the shard (a table of 100 rows, 7 a
@@ -115,6 +116,12 @@ fn rank(estimate: u8, mark: u8) -> u8 {
 /// there on its first ask, and a one-off whose counters collide must not
 /// take a ranked place on its second), and only more often than the
 /// victim plus one (two rows asked for alike do not trade places).
+///
+/// That margin, measured with `benches/hit_ratio.rs` as [`PROBATION_TENTHS`]
+/// (today: +0.07, +0.12, -0.18, +0.40 to +0.73, +0.22 to +2.36): 0 gives
+/// -0.23 on scan + zipf; 2 gives +0.39, +0.30, -0.11, -0.28, +1.65 (a
+/// moving hot set waits longer); 2 against undecayed victims only, scan +
+/// zipf -0.12, shifting +0.03, loop +0.35; 3, scan + zipf -0.40.
 fn admits(estimate: u8, victim: &Victim, probation: bool) -> bool {
     let floor = if victim.decayed || probation {
         DECAYED_FLOOR
