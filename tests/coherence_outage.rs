@@ -106,8 +106,8 @@ type Read = (RawId, u64, Instant);
 /// latest. Outside outages the delivery bound `D` of
 /// `coherence_races.rs` (100 ms) holds; after one, the writer's delivery
 /// task finds the server within 100 ms and delivers its backlog (two round
-/// trips per id kept, a thousand ids here, 64 at once); slack for a loaded
-/// two-core machine.
+/// trips per id kept, a thousand ids here); slack for a loaded two-core
+/// machine.
 const RECOVERY: Duration = Duration::from_millis(1_500);
 
 /// The `n`th index a task visits among 1,000 ids: a stride coprime with

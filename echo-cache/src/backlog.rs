@@ -5,11 +5,10 @@
 //! its L2 conditional drop and its announcement to the other nodes (a
 //! message, or the server's tracking push) may fail while the server is
 //! away. The table then keeps the write here: the newest version per id,
-//! at most [`Builder::backlog_limit`](crate::Builder::backlog_limit) ids.
-//! When the server answers again, the backlog is delivered oldest version
-//! first, many ids at once, each id as a conditional L2 drop (a tombstone
-//! of its version) and then an announcement, newer-wins everywhere, so a
-//! write delivered late never undoes a newer one. Past the limit the
+//! at most [`Builder::backlog_limit`](crate::Builder::backlog_limit) ids. When the server answers again, the
+//! backlog is delivered in version order, each id as a conditional L2 drop
+//! (a tombstone of its version) and an announcement, newer-wins everywhere,
+//! so a write delivered late never undoes a newer one. Past the limit the
 //! table stops keeping ids and remembers the newest version it lost:
 //! delivering that is a table-wide flush (every node drops the table's L1,
 //! and L2 drops every frame older than it).

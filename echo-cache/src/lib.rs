@@ -614,16 +614,15 @@
 //! - **Convergence after an outage.** A write acknowledged while the server
 //!   was away (paused, killed, unreachable) is kept by its node — the newest
 //!   version per id, 100,000 ids per table, past which a table-wide flush
-//!   is kept instead — and delivered oldest version first, 64 ids at
-//!   once, as soon as the server answers: the node probes it every 100 ms
-//!   and its coherence lanes deliver before they trust L1 again. So after
-//!   an outage ends, no node serves a value older than a write
-//!   acknowledged during it once that delivery is done: within 0.17 s in
-//!   the test suite's soak (a thousand ids written on two tasks, the
-//!   server paused twice for 2 s and killed once; debug build, two cores),
-//!   and within 0.28 s with three busy processes sharing those cores; the
-//!   soak holds it to 1.5 s. Meanwhile a node whose channel went silent
-//!   for a second flushes and reads around its L1. A `durable` write whose stream append fails is reported
+//!   is kept instead — and delivered in version order as soon as the
+//!   server answers: the node probes it every 100 ms and its coherence
+//!   lanes deliver before they trust L1 again. So after an outage ends, no
+//!   node serves a value older than a write acknowledged during it once
+//!   that delivery is done: within 0.4 s in the test suite's soak (a
+//!   thousand ids written on two tasks, the server paused twice for 2 s
+//!   and killed once; debug build), which holds it to 1.5 s. Meanwhile a
+//!   node whose channel went silent for a second flushes and reads around
+//!   its L1. A `durable` write whose stream append fails is reported
 //!   ([`Error::NotDelivered`]) and kept all the same.
 //! - **User code never runs under an internal lock.** A loader, a codec or
 //!   a value's `Drop` may call back into the cache; a panic in any of them

@@ -247,11 +247,6 @@ pub(crate) fn open<T: Cached>(decl: &'static Declaration, shared: &Shared) -> Op
 /// lost channel's grace.
 const VERIFY_CONCURRENCY: usize = 64;
 
-/// Kept writes delivered at once when the server is back: each takes two
-/// round trips, and a thousand delivered one by one took seconds on a
-/// loaded two-core machine.
-const REDELIVERY_CONCURRENCY: usize = 64;
-
 /// The longest pause before a failed refresh may be tried again
 /// ([`Table::refresh_retry`]).
 const REFRESH_RETRY_MAX_MS: u64 = 1_000;
@@ -793,10 +788,9 @@ impl<T: Cached> Table<T> {
     }
 
     /// Delivers the writes kept while the server was away, oldest version
-    /// first, [`REDELIVERY_CONCURRENCY`] at once: each as a conditional L2
-    /// drop, then an announcement; then a table-wide flush if the backlog
-    /// overflowed. Whether all of it was delivered (it stops at the first
-    /// failure; a write delivered twice is a no-op, newer-wins).
+    /// first: each as a conditional L2 drop and an announcement, then a
+    /// table-wide flush if the backlog overflowed. Whether all of it was
+    /// delivered (it stops at the first failure).
     pub(crate) async fn redeliver(&self) -> bool {
         let (Some(tier), Some(announcer)) = (&self.tier, &self.announcer) else {
             return true;
@@ -806,18 +800,13 @@ impl<T: Cached> Table<T> {
         }
         let undelivered = self.backlog.undelivered();
         let (writes, flush) = (undelivered.writes.len(), undelivered.flush.is_some());
-        let mut delivering = futures_util::stream::iter(undelivered.writes)
-            .map(|(key, version)| async move {
-                let version = RawId::new(T::KIND, version);
-                let sent = tier.drop(key, &version, &self.counters).await.is_ok()
-                    && announcer.row(key, &version).await.is_ok();
-                sent.then_some((key, version))
-            })
-            .buffered(REDELIVERY_CONCURRENCY);
-        while let Some(delivered) = delivering.next().await {
-            let Some((key, version)) = delivered else {
+        for (key, version) in undelivered.writes {
+            let version = RawId::new(T::KIND, version);
+            if tier.drop(key, &version, &self.counters).await.is_err()
+                || announcer.row(key, &version).await.is_err()
+            {
                 return false;
-            };
+            }
             self.backlog.delivered(key, version.payload());
         }
         if let Some(flush) = undelivered.flush {
