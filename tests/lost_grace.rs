@@ -313,9 +313,9 @@ async fn nothing_is_served_stale_while_the_channel_is_lost() {
     let (bypassed, unverified) = (Id::<Failsafe>::mint(), Id::<FailsafeGraced>::mint());
     b.fetch(bypassed).await.unwrap();
     b.fetch(unverified).await.unwrap();
-    // L1's rows die 300 ms after their insert on B's clock, which comes
-    // after the frames' SET and may lag the server's.
-    let l1_dead_at = b.clock().now_ms() + 300;
+    // L1's rows die a TTL (jitter 0) after their insert on B's clock, which
+    // comes after the frames' SET and may lag the server's.
+    let l1_dead_at = b.clock().now_ms() + FailsafeGraced::spec().ttl_ms();
     let mut raw = server.connection().await;
 
     cut_links(&server, &mut raw).await;
