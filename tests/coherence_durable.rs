@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use echo_cache::{Cache, Cached, Health, Id, RawId, Source, keyspace, near_cache};
+use echo_cache::{Cache, Cached, Health, Id, Kind, RawId, Source, keyspace, near_cache};
 use echo_cache_testkit::RedisServer;
 
 #[near_cache(
@@ -128,6 +128,32 @@ async fn a_write_on_one_node_evicts_the_row_on_another() {
     eventually("acknowledged", async || pending(&server, "b") == 0).await;
     assert_eq!(b.fetch(id).await.unwrap().source(), Source::Hit);
     assert_eq!(b.stats::<Ledger>().invalidations, before);
+}
+
+/// A version minted under another kind (the writer's own scheme, say) is
+/// the same payload to every node: B applies it, refuses no message.
+#[tokio::test]
+async fn an_invalidation_at_a_version_of_another_kind_reaches_the_other_node() {
+    let server = RedisServer::start();
+    let store = Store::default();
+    let (a, b) = (store.node(&server, "a"), store.node(&server, "b"));
+    serving(&a).await;
+    serving(&b).await;
+    let id = Id::<Ledger>::mint();
+
+    assert_eq!(b.fetch(id).await.unwrap().revision, 0);
+    assert_eq!(b.fetch(id).await.unwrap().source(), Source::Hit);
+    store.0.store(1, SeqCst);
+    let version = Id::<Ledger>::mint().payload();
+    a.invalidate_at(id, RawId::new(Kind::new("ORD"), version))
+        .await
+        .unwrap();
+    assert_eq!(a.fetch(id).await.unwrap().revision, 1, "read your writes");
+    eventually("B drops its old row", async || {
+        b.fetch(id).await.unwrap().revision == 1
+    })
+    .await;
+    assert_eq!(b.stats::<Ledger>().malformed_messages, 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -9,7 +9,8 @@
 
 mod common;
 
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use common::eventually;
 use echo_cache::{Builder, Cache, Cached, Clock, Id, Source, keyspace, near_cache};
@@ -45,6 +46,9 @@ fn builder(clock: &Clock, ttl: Duration) -> Builder {
         })
         .loader_with_ttl(move |id: Id<l2::Refreshed>| async move {
             Ok::<_, std::io::Error>(Some((l2::Refreshed { n: id.payload() }, ttl)))
+        })
+        .loader_with_ttl(move |id: Id<l2::Deadlined>| async move {
+            Ok::<_, std::io::Error>(Some((l2::Deadlined { n: id.payload() }, ttl)))
         })
 }
 
@@ -127,6 +131,14 @@ mod l2 {
     #[near_cache(kind = "ETR", ttl_ms = 60_000, jitter = 0.0, refresh_ms = 10_000)]
     #[derive(Debug, serde::Serialize, serde::Deserialize)]
     pub(super) struct Refreshed {
+        pub(super) n: u64,
+    }
+
+    /// Rows live a minute (the declared jitter), unless their loader says
+    /// less.
+    #[near_cache(kind = "ETD", ttl_ms = 60_000, name = "entry_ttl_deadline")]
+    #[derive(Debug, serde::Serialize, serde::Deserialize)]
+    pub(super) struct Deadlined {
         pub(super) n: u64,
     }
 
@@ -311,5 +323,54 @@ mod l2 {
                 "a row outlived the put's TTL"
             );
         }
+    }
+
+    /// On the system clock, values given 300 ms on a 60 s table: no node
+    /// answers one past its deadline (the loader's answer, plus 300 ms),
+    /// neither the one that loaded it nor one that read it from L2. A
+    /// reading of the coarse clock may be late by a tick; the row is
+    /// installed to die that much early, and the clock ticks every 1% of
+    /// its life until then. `SLACK` is for the maintenance thread being
+    /// scheduled late on a loaded machine.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn no_node_answers_a_row_past_its_own_deadline() {
+        const TTL: Duration = Duration::from_millis(300);
+        const SLACK: Duration = Duration::from_millis(5);
+        let server = RedisServer::start();
+        // Each load's generation is its index; the instant it answered.
+        let loaded = Arc::new(Mutex::new(Vec::<Instant>::new()));
+        let nodes: Vec<Cache> = (0..2)
+            .map(|_| {
+                let loaded = Arc::clone(&loaded);
+                let load = move |_: Id<Deadlined>| {
+                    let mut loaded = loaded.lock().unwrap();
+                    loaded.push(Instant::now());
+                    let n = loaded.len() as u64 - 1;
+                    async move { Ok::<_, std::io::Error>(Some((Deadlined { n }, TTL))) }
+                };
+                let builder = builder(&Clock::system(), TTL).loader_with_ttl(load);
+                (builder.l2(server.url()).l2_timeout(Duration::from_secs(2)))
+                    .build()
+                    .expect("a cache")
+            })
+            .collect();
+        let id = Id::<Deadlined>::mint();
+        let (mut answers, mut late) = (0, Vec::new());
+        let until = Instant::now() + TTL * 6;
+        while Instant::now() < until {
+            for node in &nodes {
+                let begun = Instant::now();
+                let answer = node.fetch(id).await.expect("loaded");
+                let deadline = loaded.lock().unwrap()[answer.n as usize] + TTL;
+                answers += 1;
+                if begun > deadline + SLACK {
+                    late.push((answer.source(), begun - deadline));
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        let loads = loaded.lock().unwrap().len();
+        assert!(loads >= 5, "{loads} loads in six lifetimes");
+        assert!(late.is_empty(), "{} of {answers} answers late: {late:?}", late.len());
     }
 }

@@ -3,7 +3,7 @@
 //! L2 timeout plus the loader, and L2 is used again when it comes back.
 
 use std::convert::Infallible;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use echo_cache::{Cache, Health, Id, Source, near_cache};
 use echo_cache_testkit::RedisServer;
@@ -16,14 +16,19 @@ struct Game {
 
 const L2_TIMEOUT: Duration = Duration::from_millis(100);
 const LOADER_TIME: Duration = Duration::from_millis(20);
-/// What a fetch may take at most: two L2 operations (read, write) that each
-/// time out, the loader, and slack for a loaded machine.
+/// What a fetch may take at most: an L2 read that times out, the loader,
+/// and slack for a loaded machine.
 const BOUND: Duration = Duration::from_secs(3);
 
 fn node(server: &RedisServer) -> Cache {
+    node_timed(server, L2_TIMEOUT)
+}
+
+/// A node whose L2 commands time out after `l2_timeout`.
+fn node_timed(server: &RedisServer, l2_timeout: Duration) -> Cache {
     Cache::builder()
         .l2(server.url())
-        .l2_timeout(L2_TIMEOUT)
+        .l2_timeout(l2_timeout)
         .l2_probe_every(Duration::from_millis(100))
         .loader(|id: Id<Game>| async move {
             tokio::time::sleep(LOADER_TIME).await;
@@ -114,6 +119,32 @@ async fn a_paused_server_costs_at_most_the_l2_timeout() {
         node(&server).fetch(id).await.expect("answers").source() == Source::L2
     })
     .await;
+}
+
+/// The first fetch of an outage (the breaker still closed) is answered
+/// once the loader has, its L2 read having timed out: its L2 write, which
+/// times out too, goes on without the caller, and is dropped (counted).
+#[tokio::test]
+async fn a_fetch_during_an_outage_waits_for_one_l2_timeout_not_two() {
+    let l2_timeout = Duration::from_millis(300);
+    let server = RedisServer::start();
+    let cache = node_timed(&server, l2_timeout);
+    assert_eq!(fetch_fresh(&cache).await, Source::Fill);
+
+    server.pause();
+    let started = Instant::now();
+    assert_eq!(fetch_fresh(&cache).await, Source::Fill);
+    let took = started.elapsed();
+    // Slack for a loaded machine: half a timeout.
+    assert!(
+        took < l2_timeout + LOADER_TIME + l2_timeout / 2,
+        "answered after {took:?}: the read's timeout, the loader, and the write's"
+    );
+    eventually("the write to be dropped", async || {
+        cache.stats::<Game>().l2_writes_dropped > 0
+    })
+    .await;
+    server.resume();
 }
 
 #[tokio::test]

@@ -89,6 +89,21 @@ struct Tracked {
     revision: u64,
 }
 
+/// On a server without a coherence channel: rows live 10 s, then answer
+/// stale for 60 s; B learns of A's invalidations only from L2's tombstones.
+#[near_cache(
+    kind = "SNO",
+    ttl_ms = 10_000,
+    jitter = 0.0,
+    stale_if_error_ms = 60_000,
+    coherence = "none",
+    name = "stale_unshared"
+)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+struct Unshared {
+    revision: u64,
+}
+
 trait Entity: Cached + Clone + std::fmt::Debug {
     fn at(revision: u64) -> Self;
     fn revision(&self) -> u64;
@@ -106,7 +121,7 @@ macro_rules! entity {
         }
     )*};
 }
-entity!(Session, Plain, Slow, Swept, Broadcast, Tracked);
+entity!(Session, Plain, Slow, Swept, Broadcast, Tracked, Unshared);
 
 const UP: u8 = 0;
 const FAILING: u8 = 1;
@@ -152,6 +167,7 @@ impl Store {
             .loader(self.loader::<Swept>())
             .loader(self.loader::<Broadcast>())
             .loader(self.loader::<Tracked>())
+            .loader(self.loader::<Unshared>())
     }
 }
 
@@ -164,6 +180,15 @@ fn cache(store: &Store) -> (Cache, Clock) {
 
 /// A node on `server`, on a manual clock, loading from `store`; linked.
 async fn node(server: &RedisServer, store: &Store) -> (Cache, Clock) {
+    node_with(server, store, |builder| builder).await
+}
+
+/// [`node`], its builder amended by `amend`.
+async fn node_with(
+    server: &RedisServer,
+    store: &Store,
+    amend: impl FnOnce(Builder) -> Builder,
+) -> (Cache, Clock) {
     let clock = Clock::manual();
     let builder = Cache::builder()
         .l2(server.url())
@@ -171,7 +196,7 @@ async fn node(server: &RedisServer, store: &Store) -> (Cache, Clock) {
         .fetch_timeout(Some(BOUND))
         .coherence_ping_every(Duration::from_millis(200))
         .clock(clock.clone());
-    let cache = store.serve(builder).build().unwrap();
+    let cache = store.serve(amend(builder)).build().unwrap();
     bounded("the node to be ready", cache.ready()).await;
     (cache, clock)
 }
@@ -436,6 +461,66 @@ async fn another_nodes_invalidate_is_never_served_stale_broadcast() {
 #[tokio::test]
 async fn another_nodes_invalidate_is_never_served_stale_tracking() {
     another_nodes_invalidate_is_never_served_stale::<Tracked>().await;
+}
+
+/// A `none` table: B's row of `id` lives its TTL after A's invalidation
+/// (no channel tells B), but is never served stale after it: A's tombstone
+/// outlives the row and its grace, whatever the builder's `tombstone_ttl`.
+#[tokio::test]
+async fn a_none_tables_tombstone_outlives_every_row_it_buried() {
+    let server = RedisServer::start();
+    let (up, down) = (Store::default(), Store::default());
+    let short = |builder: Builder| builder.tombstone_ttl(ms(100));
+    let (a, _) = node_with(&server, &up, short).await;
+    let (b, b_clock) = node_with(&server, &down, short).await;
+    let id = Id::<Unshared>::mint();
+    assert_eq!(fetch(&b, id).await.unwrap(), (Source::Fill, 1));
+
+    a.invalidate(id).await.unwrap();
+    let mut raw = server.connection().await;
+    let pttl: i64 = raw.pttl(key(id)).await.unwrap();
+    // B's row: 10 s, then a 60 s grace; a fill may land a flight's
+    // deadline after the invalidation.
+    assert!(pttl > 70_000, "the tombstone lives {pttl} ms");
+    b_clock.advance(ms(10_000)); // B's row dead, in its grace
+    down.set(FAILING);
+    assert!(
+        is_load_error(&fetch(&b, id).await),
+        "never the invalidated value"
+    );
+}
+
+/// A `none` table serves nothing stale when L2 cannot say whether the id
+/// was invalidated: a failed read is no proof.
+#[tokio::test]
+async fn a_none_table_serves_nothing_stale_when_l2_does_not_answer() {
+    let server = RedisServer::start();
+    let (up, down) = (Store::default(), Store::default());
+    let (a, _) = node(&server, &up).await;
+    let quick = |builder: Builder| builder.l2_timeout(ms(200));
+    let (b, b_clock) = node_with(&server, &down, quick).await;
+    let (revoked, kept) = (Id::<Unshared>::mint(), Id::<Unshared>::mint());
+    for id in [revoked, kept] {
+        assert_eq!(fetch(&b, id).await.unwrap().0, Source::Fill);
+    }
+    a.invalidate(revoked).await.unwrap();
+    b_clock.advance(ms(10_000)); // B's rows dead, in their grace
+    down.set(FAILING);
+
+    server.pause();
+    for id in [revoked, kept] {
+        assert!(is_load_error(&fetch(&b, id).await), "nothing stale");
+    }
+    let batch = b.fetch_many([revoked, kept]).await;
+    server.resume();
+    assert!(batch.iter().all(is_load_error), "nothing stale: {batch:?}");
+    // L2 answers again (once its breaker lets reads through): its live
+    // frame of the one, its tombstone of the other.
+    eventually("L2 to answer B again", async || {
+        fetch(&b, kept).await.ok() == Some((Source::L2, 2))
+    })
+    .await;
+    assert!(is_load_error(&fetch(&b, revoked).await));
 }
 
 #[tokio::test]

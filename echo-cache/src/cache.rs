@@ -14,7 +14,7 @@ use tokio::runtime::Handle;
 use tokio::sync::{Notify, watch};
 
 use crate::claim;
-use crate::clock::{Clock, millis};
+use crate::clock::{MAX_TICK, Clock, millis};
 use crate::coherence::{Target, durable, link};
 use crate::connections::{Address, Server};
 use crate::directory::{self, DECLARATIONS, Declaration};
@@ -29,10 +29,6 @@ use crate::roster::{Readiness, TableInfo};
 use crate::spec::{Cached, Coherence, TableSpec};
 use crate::stats::Stats;
 use crate::table::{self, AnyTable, Loader, Shared, Table};
-
-/// The coarsest the clock's tick gets: a row outlives its expiry by at most
-/// this (or by 1% of the shortest declared TTL, if less).
-const MAX_TICK: Duration = Duration::from_millis(100);
 
 /// A near-cache: one table for every type declared with `#[near_cache]`.
 ///
@@ -79,10 +75,16 @@ struct Inner {
     tables: Arc<[Slot]>,
     clock: Clock,
     readiness: Arc<Readiness>,
-    /// Dropping it stops the maintenance thread.
-    _stop: mpsc::Sender<()>,
+    /// Wakes the maintenance thread, which stops once `Inner` is gone.
+    wake: mpsc::Sender<()>,
     /// Dropping it stops the coherence lanes.
     _stop_coherence: watch::Sender<()>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        let _ = self.wake.send(());
+    }
 }
 
 #[cfg(feature = "metrics")]
@@ -331,6 +333,10 @@ impl Cache {
     /// record, say). Newer wins: rows and L2 frames older than `version` are
     /// dropped, newer ones are kept, and a repeated or late invalidation
     /// changes nothing.
+    ///
+    /// Versions compare by payload (see [`newer`](crate::newer)): `version`
+    /// may be of any kind, and is written to L2 and announced to the other
+    /// nodes as the same payload under `T`'s kind.
     ///
     /// # Errors
     ///
@@ -1123,15 +1129,15 @@ impl Builder {
             };
             lanes.start(shared.runtime.as_ref())?;
         }
-        let (stop, stopped) = mpsc::channel();
+        let (wake, woken) = mpsc::channel();
         let inner = Arc::new(Inner {
             tables: Arc::clone(&tables),
             clock: self.clock,
             readiness,
-            _stop: stop,
+            wake,
             _stop_coherence: stop_coherence,
         });
-        spawn_maintenance(Arc::downgrade(&inner), stopped)?;
+        spawn_maintenance(Arc::downgrade(&inner), woken)?;
         Ok(Cache {
             tables,
             directory: DECLARATIONS.as_ptr() as usize,
@@ -1149,17 +1155,19 @@ impl Builder {
 /// The thread sleeps until its next duty: the clock's tick is 1% of the
 /// shortest TTL declared (absence TTLs included), between 1 ms and
 /// [`MAX_TICK`], so an idle cache of 10-minute rows wakes ten times a second,
-/// not a thousand. A manual clock needs no tick at all. User code reached
-/// from here (a value's `Drop`) cannot stop the thread: a panic is caught,
-/// reported, and the next duty runs.
-fn spawn_maintenance(cache: Weak<Inner>, stopped: mpsc::Receiver<()>) -> Result<(), Error> {
-    let manual = cache.upgrade().is_some_and(|cache| cache.clock.is_manual());
-    // A manual clock is not ticked: the thread still wakes to free garbage.
-    let tick = if manual {
-        MAX_TICK
-    } else {
-        tick_of(DECLARATIONS.iter().map(|decl| &decl.spec))
+/// not a thousand; finer while rows with deadlines of their own ask for it
+/// (see [`Clock::follow`]), which wakes it. A manual clock needs no tick at
+/// all. User code reached from here (a value's `Drop`) cannot stop the
+/// thread: a panic is caught, reported, and the next duty runs.
+fn spawn_maintenance(cache: Weak<Inner>, woken: mpsc::Receiver<()>) -> Result<(), Error> {
+    let Some((clock, wake)) = cache.upgrade().map(|c| (c.clock.clone(), c.wake.clone())) else {
+        return Ok(());
     };
+    // A manual clock is not ticked: the thread still wakes to free garbage.
+    let manual = clock.is_manual();
+    if !manual {
+        clock.ticked_by(tick_of(DECLARATIONS.iter().map(|decl| &decl.spec)), wake);
+    }
     let start = Instant::now();
     let mut next_sweeps: Vec<Instant> = DECLARATIONS
         .iter()
@@ -1168,19 +1176,21 @@ fn spawn_maintenance(cache: Weak<Inner>, stopped: mpsc::Receiver<()>) -> Result<
     #[cfg(feature = "metrics")]
     let mut next_publish = start;
     let run = move || {
-        let mut next_tick = start;
+        let mut ticked = start;
         loop {
+            let tick = if manual { MAX_TICK } else { clock.tick_every() };
             let next_sweep = next_sweeps.iter().min().copied();
-            let wake = next_sweep.map_or(next_tick, |sweep| sweep.min(next_tick));
+            let wake = next_sweep.map_or(ticked + tick, |sweep| sweep.min(ticked + tick));
             let sleep = wake.saturating_duration_since(Instant::now());
-            if let Err(RecvTimeoutError::Disconnected) | Ok(()) = stopped.recv_timeout(sleep) {
+            // Woken early: a finer tick is asked for, or the cache is gone.
+            if let Err(RecvTimeoutError::Disconnected) = woken.recv_timeout(sleep) {
                 return;
             }
             let Some(cache) = cache.upgrade() else { return };
             let now = Instant::now();
-            if now >= next_tick {
-                cache.clock.tick();
-                next_tick = now + tick;
+            if now >= ticked + clock.tick_every() {
+                clock.tick();
+                ticked = now;
             }
             let tables = cache.tables.iter().zip(DECLARATIONS.iter());
             for ((slot, decl), next) in tables.zip(&mut next_sweeps) {

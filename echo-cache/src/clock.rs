@@ -8,12 +8,24 @@
 //! (100 ms for 10-minute rows, 1% of any TTL under 10 s), and an idle cache
 //! does not wake its thread a thousand times a second.
 //!
+//! A row with a deadline of its own (a loader's or a `put`'s TTL, what is
+//! left of an L2 frame) must not outlive it: it is installed to die one tick
+//! early, and the clock [follows](Clock::follow) it, ticking every 1% of its
+//! life until it is over, so it dies at most that early.
+//!
 //! The clock is injectable: a [`Clock::manual`] clock only moves when a test
 //! advances it, so no test sleeps to wait for an expiry.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock, mpsc};
 use std::time::{Duration, Instant};
+
+/// The coarsest the clock's tick gets: a row outlives its expiry by at most
+/// this (or by 1% of the shortest declared TTL, if less).
+pub(crate) const MAX_TICK: Duration = Duration::from_millis(100);
+
+/// The bits of [`Inner::fine`] that hold the tick, in milliseconds.
+const TICK_BITS: u32 = 16;
 
 /// A monotonic millisecond clock, shared by the tables of a cache.
 ///
@@ -36,6 +48,27 @@ struct Inner {
     now_ms: AtomicU64,
     /// `None` for a manual clock.
     origin: Option<Instant>,
+    /// The tick in force for the declared TTLs, in milliseconds.
+    coarse_ms: AtomicU64,
+    /// A finer tick that rows with deadlines of their own asked for, and
+    /// until when (clock ms): `until << TICK_BITS | tick`; 0 for none.
+    fine: AtomicU64,
+    /// Wakes the thread that ticks the clock when a finer tick is asked
+    /// for (the first cache's, if caches share the clock: the others'
+    /// threads take the finer tick at their next wake).
+    ticker: OnceLock<mpsc::Sender<()>>,
+}
+
+impl Inner {
+    fn new(origin: Option<Instant>, now_ms: u64) -> Inner {
+        Inner {
+            now_ms: AtomicU64::new(now_ms),
+            origin,
+            coarse_ms: AtomicU64::new(millis(MAX_TICK)),
+            fine: AtomicU64::new(0),
+            ticker: OnceLock::new(),
+        }
+    }
 }
 
 impl Clock {
@@ -43,10 +76,7 @@ impl Clock {
     #[must_use]
     pub fn system() -> Clock {
         let clock = Clock {
-            inner: Arc::new(Inner {
-                now_ms: AtomicU64::new(0),
-                origin: Some(Instant::now()),
-            }),
+            inner: Arc::new(Inner::new(Some(Instant::now()), 0)),
         };
         clock.tick();
         clock
@@ -56,10 +86,7 @@ impl Clock {
     #[must_use]
     pub fn manual() -> Clock {
         Clock {
-            inner: Arc::new(Inner {
-                now_ms: AtomicU64::new(1),
-                origin: None,
-            }),
+            inner: Arc::new(Inner::new(None, 1)),
         }
     }
 
@@ -100,6 +127,76 @@ impl Clock {
             // +1 so that 0 is never a reading: rows may use it as "long dead".
             let elapsed = millis(origin.elapsed());
             self.inner.now_ms.fetch_max(elapsed + 1, Ordering::Relaxed);
+        }
+    }
+
+    /// The thread that ticks the clock every `coarse` (the declared TTLs'
+    /// tick) and is woken through `ticker` when rows need a finer one.
+    pub(crate) fn ticked_by(&self, coarse: Duration, ticker: mpsc::Sender<()>) {
+        (self.inner.coarse_ms).fetch_min(millis(coarse), Ordering::Relaxed);
+        let _ = self.inner.ticker.set(ticker);
+    }
+
+    /// How often the clock must tick now: the declared TTLs' tick, or the
+    /// finer one rows still living asked for.
+    pub(crate) fn tick_every(&self) -> Duration {
+        let coarse = self.inner.coarse_ms.load(Ordering::Relaxed);
+        let fine = self.inner.fine.load(Ordering::Relaxed);
+        let wanted = fine >> TICK_BITS >= self.now_ms() && fine != 0;
+        let tick = if wanted {
+            coarse.min(fine & ((1 << TICK_BITS) - 1))
+        } else {
+            coarse
+        };
+        Duration::from_millis(tick)
+    }
+
+    /// A row is installed at `now` with a deadline `life_ms` later: the
+    /// clock ticks every 1% of that life (at least every millisecond) until
+    /// the deadline, waking its thread if that is finer than it ticks.
+    /// Returns how late a reading may then be, at most: how much earlier
+    /// the row must die not to outlive its deadline (0 on a manual clock,
+    /// which is never late).
+    pub(crate) fn follow(&self, now: u64, life_ms: u64) -> u64 {
+        if self.is_manual() {
+            return 0;
+        }
+        let coarse = self.inner.coarse_ms.load(Ordering::Relaxed);
+        let tick = (life_ms / 100).clamp(1, coarse);
+        if tick == coarse {
+            return coarse;
+        }
+        let until = now.saturating_add(life_ms).min(u64::MAX >> TICK_BITS);
+        let mut fine = self.inner.fine.load(Ordering::Relaxed);
+        loop {
+            let (fine_until, fine_tick) = (fine >> TICK_BITS, fine & ((1 << TICK_BITS) - 1));
+            let wanted = fine != 0 && fine_until >= now;
+            if wanted && fine_until >= until && fine_tick <= tick {
+                return fine_tick;
+            }
+            let next = if wanted {
+                fine_until.max(until) << TICK_BITS | fine_tick.min(tick)
+            } else {
+                until << TICK_BITS | tick
+            };
+            match (self.inner.fine).compare_exchange_weak(
+                fine,
+                next,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => {
+                    if !wanted || tick < fine_tick {
+                        // A thread asleep for a coarse tick takes the fine
+                        // one now, not at its next wake.
+                        if let Some(ticker) = self.inner.ticker.get() {
+                            let _ = ticker.send(());
+                        }
+                    }
+                    return next & ((1 << TICK_BITS) - 1);
+                }
+                Err(now_fine) => fine = now_fine,
+            }
         }
     }
 }

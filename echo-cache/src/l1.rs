@@ -1193,6 +1193,11 @@ pub(crate) fn shortest_lifetime(ttl_ms: u64, jitter: f64) -> u64 {
     ttl_ms - spread(ttl_ms, jitter)
 }
 
+/// The longest lifetime [`expiry`] draws.
+pub(crate) fn longest_lifetime(ttl_ms: u64, jitter: f64) -> u64 {
+    ttl_ms.saturating_add(spread(ttl_ms, jitter))
+}
+
 /// `ttl·jitter`, in whole milliseconds.
 fn spread(ttl_ms: u64, jitter: f64) -> u64 {
     // Jitter is at most 0.5 and TTLs fit f64's 53-bit mantissa in practice.

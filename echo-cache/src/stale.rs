@@ -64,6 +64,11 @@ impl<T> Fallback<T> {
         }
     }
 
+    /// Nothing could prove the fallback was not invalidated: it is none.
+    pub(crate) fn unproven(&mut self) {
+        self.value = None;
+    }
+
     pub(crate) fn is_some(&self) -> bool {
         self.value.is_some()
     }

@@ -105,12 +105,12 @@ where
     })
 }
 
-/// What a flight found, before it lands: its answer, and the most its row
-/// may live in milliseconds (`u64::MAX`: as the table says): what its
-/// loader gave it, or what is left of the L2 frame it was read from.
+/// What a flight found, before it lands: its answer, and the deadline of
+/// its row on the table's clock (`u64::MAX`: as the table says): what its
+/// loader gave it, or the end of the L2 frame it was read from.
 struct Loaded<T> {
     fetched: Fetched<T>,
-    life_ms: u64,
+    deadline: u64,
 }
 
 /// What a flight answers: `None` until it lands.
@@ -196,6 +196,11 @@ pub(crate) fn open<T: Cached>(decl: &'static Declaration, shared: &Shared) -> Op
                 .ok_or(&decl.spec)?,
         ),
     };
+    let load_timeout = decl
+        .spec
+        .load_timeout_ms
+        .map_or(shared.load_timeout, Duration::from_millis);
+    let tombstone_ttl = tombstone_ttl(&decl.spec, shared.tombstone_ttl, load_timeout);
     let tier = shared.l2.as_ref().map(|server| {
         let codec = Shared::take::<Arc<dyn Codec<T>>>(&shared.codecs, TypeId::of::<T>())
             .unwrap_or_else(|| Arc::new(Postcard));
@@ -204,19 +209,15 @@ pub(crate) fn open<T: Cached>(decl: &'static Declaration, shared: &Shared) -> Op
             codec,
             &decl.spec,
             shared.max_value_bytes,
-            shared.tombstone_ttl,
+            tombstone_ttl,
         )
     });
     let announcer = shared
         .l2
         .as_ref()
-        .map(|server| Announcer::new(Arc::clone(server), &decl.spec, shared.tombstone_ttl));
+        .map(|server| Announcer::new(Arc::clone(server), &decl.spec, tombstone_ttl));
     // A coherent table trusts L1 only once its invalidation channel is up.
     let coherent = tier.is_some() && decl.spec.coherence.versioned();
-    let load_timeout = decl
-        .spec
-        .load_timeout_ms
-        .map_or(shared.load_timeout, Duration::from_millis);
     Ok(Arc::new_cyclic(|me| Table::<T> {
         me: me.clone(),
         spec: &decl.spec,
@@ -241,6 +242,21 @@ pub(crate) fn open<T: Cached>(decl: &'static Declaration, shared: &Shared) -> Op
         metrics: crate::export::Keys::new(decl.spec.name, shared.metrics_node.as_ref()),
         batch,
     }))
+}
+
+/// How long the table's L2 tombstones live: the builder's `tombstone_ttl`,
+/// and on a `none` table that serves stale values (whose nodes learn of
+/// each other's invalidations only from the tombstones) at least as long
+/// as a row filled before the invalidation may still answer, live or
+/// stale: its longest TTL, a flight's deadline (the fill may land after
+/// the invalidation) and the grace.
+fn tombstone_ttl(spec: &TableSpec, given: Duration, load_timeout: Duration) -> Duration {
+    if spec.coherence != Coherence::None || spec.stale_if_error_ms == 0 {
+        return given;
+    }
+    let longest_row = l1::longest_lifetime(spec.ttl_ms, spec.jitter);
+    let buried = Duration::from_millis(longest_row.saturating_add(spec.stale_if_error_ms));
+    given.max(buried.saturating_add(load_timeout))
 }
 
 /// L2 reads in flight at once while verifying the rows kept through a
@@ -465,18 +481,20 @@ impl<T: Cached> Table<T> {
             fallback.offer(dead.value.expect("a value"), dead.version);
         }
         let mut over_bad = false;
+        let mut l2_left = self.l2_timeout();
         if let Some(tier) = self.tier.as_ref().filter(|_| !refresh) {
-            match tier.read(key, &self.counters).await {
+            let reading = Instant::now();
+            let found = tier.read(key, &self.counters).await;
+            l2_left = l2_left.saturating_sub(reading.elapsed());
+            match found {
                 // A frame older than an applied invalidation is stale (its
                 // conditional drop did not reach L2): load instead.
                 Found::Value(version, value, left_ms)
                     if !self.applied.overtakes(key, version.payload()) =>
                 {
                     let fetched = Fetched::new(Arc::new(value), Source::L2, version.payload());
-                    return Ok(Loaded {
-                        fetched,
-                        life_ms: left_ms,
-                    });
+                    let deadline = self.deadline(left_ms);
+                    return Ok(Loaded { fetched, deadline });
                 }
                 Found::Expired(version, value)
                     if stale && !self.applied.overtakes(key, version.payload()) =>
@@ -485,6 +503,7 @@ impl<T: Cached> Table<T> {
                 }
                 Found::Tombstone(version) => fallback.invalidated(version.payload()),
                 Found::Bad => over_bad = true,
+                Found::Failed if self.buried_in_l2() => fallback.unproven(),
                 _ => {}
             }
         }
@@ -494,12 +513,21 @@ impl<T: Cached> Table<T> {
             fallback.backoff = true;
             return Err(failed);
         }
-        self.load(key, over_bad).await
+        self.load(key, over_bad, l2_left).await
+    }
+
+    /// Whether other nodes' invalidations reach this table only as L2's
+    /// tombstones (`none`, with L2): a value L1 kept past its expiry may
+    /// then be served stale only once L2 has answered without burying it.
+    fn buried_in_l2(&self) -> bool {
+        self.tier.is_some() && self.spec.coherence == Coherence::None
     }
 
     /// Step 3's second half: the loader, whose value is written to L2
-    /// (`over_bad`: over the bad frame L2 held).
-    async fn load(&self, key: u64, over_bad: bool) -> Result<Loaded<T>, Error> {
+    /// (`over_bad`: over the bad frame L2 held; the answer waits for that
+    /// write at most `l2_left`, what the flight's read left of the L2
+    /// timeout).
+    async fn load(&self, key: u64, over_bad: bool, l2_left: Duration) -> Result<Loaded<T>, Error> {
         let loader = self.loader.as_ref().ok_or(Error::NoLoader {
             table: self.spec.name,
         })?;
@@ -509,8 +537,8 @@ impl<T: Cached> Table<T> {
         let version = Minter::global().mint_raw(T::KIND);
         match loader(Id::from_payload(key)).await {
             Ok(Some((value, ttl))) => {
-                let life_ms = ttl.map_or(u64::MAX, millis);
-                Ok(self.fill(key, &version, value, life_ms, over_bad).await)
+                let deadline = self.deadline(ttl.map_or(u64::MAX, millis));
+                Ok(self.fill(key, version, value, deadline, over_bad, l2_left).await)
             }
             Ok(None) => Err(self.not_found(key)),
             Err(source) => Err(Error::Load {
@@ -520,25 +548,38 @@ impl<T: Cached> Table<T> {
         }
     }
 
-    /// A loaded `value`, minted `version` before the load, living at most
-    /// `life_ms` (`u64::MAX`: as the table says): written to L2, answered
-    /// as a fill.
+    /// A loaded `value`, minted `version` before the load, living until
+    /// `deadline` at most (`u64::MAX`: as the table says): written to L2,
+    /// answered as a fill. The answer waits for the write at most `l2_left`
+    /// (the flight's L2 time is one L2 timeout, its read's and its write's):
+    /// past that the write goes on as a task of its own.
     async fn fill(
         &self,
         key: u64,
-        version: &RawId,
+        version: RawId,
         value: T,
-        life_ms: u64,
+        deadline: u64,
         over_bad: bool,
+        l2_left: Duration,
     ) -> Loaded<T> {
-        if let Some(tier) = &self.tier {
-            // A fill the server did not take is only a lost chance to share
-            // it (counted): nothing to deliver later.
+        let value = Arc::new(value);
+        if let Some(table) = self.me.upgrade().filter(|table| table.tier.is_some()) {
+            let life_ms = deadline.saturating_sub(self.clock.now_ms());
             let (write, ttl_ms) = (Write::Fill { over_bad }, self.l2_ttl_ms(life_ms));
-            let _ = (tier.write(key, version, &value, ttl_ms, write, &self.counters)).await;
+            let value = Arc::clone(&value);
+            let mut written = Box::pin(async move {
+                let tier = table.tier.as_ref().expect("filtered");
+                // A fill the server did not take is only a lost chance to
+                // share it (counted): nothing to deliver later.
+                let written = tier.write(key, &version, &value, ttl_ms, write, &table.counters);
+                let _ = written.await;
+            });
+            if tokio::time::timeout(l2_left, &mut written).await.is_err() {
+                tokio::spawn(written);
+            }
         }
-        let fetched = Fetched::new(Arc::new(value), Source::Fill, version.payload());
-        Loaded { fetched, life_ms }
+        let fetched = Fetched::new(value, Source::Fill, version.payload());
+        Loaded { fetched, deadline }
     }
 
     /// Step 4: installs the outcome unless overtaken, answers every waiter;
@@ -551,8 +592,8 @@ impl<T: Cached> Table<T> {
         fallback: Fallback<T>,
         answer: &watch::Sender<Answer<T>>,
     ) -> Ended {
-        let (outcome, life_ms) = match outcome {
-            Ok(Loaded { fetched, life_ms }) => (Ok(fetched), life_ms),
+        let (outcome, deadline) = match outcome {
+            Ok(Loaded { fetched, deadline }) => (Ok(fetched), deadline),
             Err(error) => (Err(error), u64::MAX),
         };
         let now = self.clock.now_ms();
@@ -564,7 +605,7 @@ impl<T: Cached> Table<T> {
             Ok(fetched) => {
                 let value = Some(Arc::clone(fetched.value()));
                 let version = fetched.version().payload();
-                let mut row = self.row(value, version, now, life_ms);
+                let mut row = self.row(value, version, now, deadline);
                 // What is left of an L2 frame is not its whole life: a row
                 // read late in it is refreshed as any other.
                 row.refreshable |= fetched.source() == Source::L2;
@@ -626,20 +667,37 @@ impl<T: Cached> Table<T> {
         self.trusted.load(Relaxed) && !self.grace.is_unverified()
     }
 
+    /// The deadline, on the table's clock, of a row that may live `life_ms`
+    /// from now (`u64::MAX`: as the table says).
+    fn deadline(&self, life_ms: u64) -> u64 {
+        match life_ms {
+            u64::MAX => u64::MAX,
+            life_ms => self.clock.now_ms().saturating_add(life_ms),
+        }
+    }
+
     /// A row of `value` (or of an absence) at `version`, inserted at `now`:
     /// it dies a jittered TTL later (the absence TTL for an absence), and
-    /// within `life_ms` (see [`l1::expiry_within`]), its whole life.
-    fn row(&self, value: Option<Arc<T>>, version: u64, now: u64, life_ms: u64) -> Row<T> {
+    /// by `deadline` (see [`l1::expiry_within`]). A deadline shorter than
+    /// the TTL is one of the row's own: the row dies a clock tick before
+    /// it, since a reading may be a tick late, and the clock ticks finely
+    /// until then ([`Clock::follow`]).
+    fn row(&self, value: Option<Arc<T>>, version: u64, now: u64, deadline: u64) -> Row<T> {
         let ttl_ms = if value.is_some() {
             self.spec.ttl_ms
         } else {
             self.spec.absent_ttl_ms
         };
+        let life_ms = deadline.saturating_sub(now);
+        let mut expires_at = l1::expiry_within(now, ttl_ms, self.spec.jitter, life_ms);
+        if life_ms < ttl_ms {
+            expires_at = expires_at.saturating_sub(self.clock.follow(now, life_ms));
+        }
         Row {
             refreshable: value.is_some() && life_ms > self.spec.refresh_ms,
             value,
             version,
-            expires_at: l1::expiry_within(now, ttl_ms, self.spec.jitter, life_ms),
+            expires_at,
         }
     }
 
@@ -667,7 +725,8 @@ impl<T: Cached> Table<T> {
     pub(crate) async fn put(&self, key: u64, value: T, life_ms: u64) -> Result<RawId, Error> {
         let version = Minter::global().mint_raw(T::KIND);
         let span = self.write_span("put", key, &version);
-        (self.put_at(key, value, life_ms, version))
+        let deadline = self.deadline(life_ms);
+        (self.put_at(key, value, deadline, version))
             .instrument(span)
             .await
     }
@@ -676,7 +735,7 @@ impl<T: Cached> Table<T> {
         &self,
         key: u64,
         value: T,
-        life_ms: u64,
+        deadline: u64,
         version: RawId,
     ) -> Result<RawId, Error> {
         if self.spec.coherence.versioned() {
@@ -685,7 +744,7 @@ impl<T: Cached> Table<T> {
         }
         let stored = match &self.tier {
             Some(tier) => {
-                let ttl_ms = self.l2_ttl_ms(life_ms);
+                let ttl_ms = self.l2_ttl_ms(deadline.saturating_sub(self.clock.now_ms()));
                 let counters = &self.counters;
                 (tier
                     .write(key, &version, &value, ttl_ms, Write::Put, counters)
@@ -695,7 +754,7 @@ impl<T: Cached> Table<T> {
             None => true,
         };
         let now = self.clock.now_ms();
-        let row = self.row(Some(Arc::new(value)), version.payload(), now, life_ms);
+        let row = self.row(Some(Arc::new(value)), version.payload(), now, deadline);
         self.rows.make_room(now);
         let declined = self.flights.overtake(key, || {
             self.rows.remove_older(key, None);
@@ -710,9 +769,13 @@ impl<T: Cached> Table<T> {
 
     /// Invalidates `key` at `version`: this node's L1 first (a flight under
     /// way will not install), then L2, then the announcement to other nodes.
+    /// A version's kind is no part of its order: one of another kind is
+    /// written and announced as the same payload under this table's kind,
+    /// the only kind its L2 frames and the other nodes' lanes read.
     pub(crate) async fn invalidate(&self, key: u64, version: &RawId) -> Result<(), Error> {
-        let span = self.write_span("invalidate", key, version);
-        self.invalidate_at(key, version).instrument(span).await
+        let version = RawId::new(T::KIND, version.payload());
+        let span = self.write_span("invalidate", key, &version);
+        self.invalidate_at(key, &version).instrument(span).await
     }
 
     async fn invalidate_at(&self, key: u64, version: &RawId) -> Result<(), Error> {
@@ -992,6 +1055,11 @@ impl<T: Cached> Table<T> {
     /// [`l1::expiry_within`]); the server's clock expires the key.
     fn l2_ttl_ms(&self, life_ms: u64) -> u64 {
         l1::expiry_within(0, self.spec.ttl_ms, self.spec.jitter, life_ms)
+    }
+
+    /// How long an L2 command may take (none without L2).
+    fn l2_timeout(&self) -> Duration {
+        self.tier.as_ref().map_or(Duration::ZERO, Tier::timeout)
     }
 
     fn not_found(&self, key: u64) -> Error {

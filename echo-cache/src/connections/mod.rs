@@ -144,6 +144,11 @@ impl Server {
         })
     }
 
+    /// How long one command may take (`Builder::l2_timeout`).
+    pub(crate) fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
     /// Whether L2 is a cluster.
     pub(crate) fn is_cluster(&self) -> bool {
         matches!(self.commands, Commands::Cluster { .. })

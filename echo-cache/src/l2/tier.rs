@@ -83,8 +83,10 @@ enum How {
 
 /// What L2 holds for a key.
 pub(crate) enum Found<T> {
-    /// Nothing usable: no key, or L2 is down.
+    /// No key.
     Nothing,
+    /// L2 did not answer (it is down, slow, or refused the read).
+    Failed,
     /// A frame that is not a value of this table (counted and logged).
     Bad,
     /// A value, its version, and what is left of its life in milliseconds
@@ -124,6 +126,11 @@ impl<T: Cached> Tier<T> {
         &self.server
     }
 
+    /// How long one L2 command may take.
+    pub(crate) fn timeout(&self) -> Duration {
+        self.server.timeout()
+    }
+
     /// Tracking tables go through the coherence link, so that the server does
     /// not push their own writes back to them (`NOLOOP`).
     fn lane(&self, key: &[u8]) -> Lane {
@@ -145,13 +152,14 @@ impl<T: Cached> Tier<T> {
         out
     }
 
-    /// What L2 holds for `key`. Failures and bad frames are counted and
-    /// answered as [`Found::Nothing`]: the flight goes on to the loader.
+    /// What L2 holds for `key`. Failures ([`Found::Failed`]) and bad frames
+    /// are counted: the flight goes on to the loader.
     pub(crate) async fn read(&self, key: u64, counters: &Counters) -> Found<T> {
         let span = self.span("read", key);
         let found = self.read_in(key, counters).instrument(span.clone()).await;
         let outcome = match &found {
             Found::Nothing => "nothing",
+            Found::Failed => "failed",
             Found::Bad => "bad",
             Found::Value(..) => "value",
             Found::Expired(..) => "expired",
@@ -187,7 +195,7 @@ impl<T: Cached> Tier<T> {
                 tracing::debug!(%failure, "L2 read failed");
                 self.read_warning
                     .emit(|n| self.warn_failure("read", &failure, n));
-                return Found::Nothing;
+                return Found::Failed;
             }
         };
         self.found(key, frame, counters)

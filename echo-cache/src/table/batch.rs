@@ -15,7 +15,7 @@ use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use foldhash::fast::FixedState;
 use futures_util::FutureExt;
@@ -232,10 +232,13 @@ impl<T: Cached> Table<T> {
         }
         let mut over_bad = vec![false; landings.len()];
         let mut rest: Vec<usize> = (0..landings.len()).collect();
+        let mut l2_left = self.l2_timeout();
         if let Some(tier) = &self.tier {
             let keys: Vec<u64> = landings.iter().map(|landing| landing.key).collect();
             rest.clear();
+            let reading = Instant::now();
             let found = tier.read_many(&keys, &self.counters).await;
+            l2_left = l2_left.saturating_sub(reading.elapsed());
             for (i, found) in found.into_iter().enumerate() {
                 match found {
                     // As in `resolve`: a frame older than an applied
@@ -245,10 +248,8 @@ impl<T: Cached> Table<T> {
                     {
                         let value = Arc::new(value);
                         let fetched = Fetched::new(value, Source::L2, version.payload());
-                        let loaded = Loaded {
-                            fetched,
-                            life_ms: left_ms,
-                        };
+                        let deadline = self.deadline(left_ms);
+                        let loaded = Loaded { fetched, deadline };
                         landings[i].land(Ok(loaded), take(&mut fallbacks[i]));
                     }
                     Found::Expired(version, value)
@@ -263,6 +264,10 @@ impl<T: Cached> Table<T> {
                     }
                     Found::Bad => {
                         over_bad[i] = true;
+                        rest.push(i);
+                    }
+                    Found::Failed if self.buried_in_l2() => {
+                        fallbacks[i].unproven();
                         rest.push(i);
                     }
                     _ => rest.push(i),
@@ -286,16 +291,18 @@ impl<T: Cached> Table<T> {
         }
         match &self.batch {
             Some(batch) => {
-                self.load_batch(batch, landings, fallbacks, &rest, &over_bad)
-                    .await;
+                (self.load_batch(batch, landings, fallbacks, &rest, &over_bad, l2_left)).await;
             }
-            None => self.load_each(landings, fallbacks, &rest, &over_bad).await,
+            None => {
+                (self.load_each(landings, fallbacks, &rest, &over_bad, l2_left)).await;
+            }
         }
     }
 
     /// One call of the batch loader for the keys of `landings` at `rest`;
-    /// what it found is written to L2 (all at once) and lands as a fill,
-    /// what it did not as not found. Its error fails them all.
+    /// what it found is written to L2 (all at once, each answer waiting for
+    /// its write at most `l2_left`: see `fill`) and lands as a fill, what
+    /// it did not as not found. Its error fails them all.
     async fn load_batch(
         &self,
         batch: &BatchLoader<T>,
@@ -303,6 +310,7 @@ impl<T: Cached> Table<T> {
         fallbacks: &mut [Fallback<T>],
         rest: &[usize],
         over_bad: &[bool],
+        l2_left: Duration,
     ) {
         let ids: Vec<Id<T>> = rest
             .iter()
@@ -339,11 +347,11 @@ impl<T: Cached> Table<T> {
         for (&i, version) in rest.iter().zip(versions) {
             let key = landings[i].key;
             match found.remove(&key) {
-                Some((value, ttl)) => fills.push(async move {
-                    let life_ms = ttl.map_or(u64::MAX, millis);
-                    let filled = self.fill(key, &version, value, life_ms, over_bad[i]);
-                    (i, filled.await)
-                }),
+                Some((value, ttl)) => {
+                    let deadline = self.deadline(ttl.map_or(u64::MAX, millis));
+                    let filled = self.fill(key, version, value, deadline, over_bad[i], l2_left);
+                    fills.push(filled.map(move |filled| (i, filled)));
+                }
                 None => {
                     landings[i].land(Err(self.not_found(key)), take(&mut fallbacks[i]));
                 }
@@ -362,10 +370,11 @@ impl<T: Cached> Table<T> {
         fallbacks: &mut [Fallback<T>],
         rest: &[usize],
         over_bad: &[bool],
+        l2_left: Duration,
     ) {
         let mut loads: FuturesUnordered<_> = (rest.iter())
             .map(|&i| {
-                let load = AssertUnwindSafe(self.load(landings[i].key, over_bad[i]));
+                let load = AssertUnwindSafe(self.load(landings[i].key, over_bad[i], l2_left));
                 load.catch_unwind().map(move |loaded| (i, loaded))
             })
             .collect();

@@ -20,7 +20,7 @@ const MGET_KEYS: usize = 512;
 
 impl<T: Cached> Tier<T> {
     /// What L2 holds for each of `keys`, in their order. A failed `MGET`
-    /// answers [`Found::Nothing`] for its keys, each counted as an L2 error
+    /// answers [`Found::Failed`] for its keys, each counted as an L2 error
     /// (as many as the reads it stands for); a key of another Redis type
     /// reads as nothing (`MGET` answers nil for it), and the fill that
     /// follows counts it and overwrites it (see `write_if_vacant`).
@@ -69,7 +69,7 @@ impl<T: Cached> Tier<T> {
             (positions, reply)
         }))
         .await;
-        let mut found: Vec<Found<T>> = keys.iter().map(|_| Found::Nothing).collect();
+        let mut found: Vec<Found<T>> = keys.iter().map(|_| Found::Failed).collect();
         for (positions, reply) in replies {
             match reply {
                 Ok(frames) if frames.len() == positions.len() => {
