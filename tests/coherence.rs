@@ -90,7 +90,11 @@ async fn a_version_of_another_kind_reaches_the_other_node<T: Entity, Other: Cach
     let revision = sor.bump(id.raw());
     let version = Id::<Other>::mint().raw();
     a.invalidate_at(id, version).await.unwrap();
-    assert_eq!(a.fetch(id).await.unwrap().revision(), revision, "read your writes");
+    assert_eq!(
+        a.fetch(id).await.unwrap().revision(),
+        revision,
+        "read your writes"
+    );
     eventually("B drops its old row", async || {
         b.fetch(id).await.unwrap().revision() == revision
     })

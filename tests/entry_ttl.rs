@@ -371,6 +371,10 @@ mod l2 {
         }
         let loads = loaded.lock().unwrap().len();
         assert!(loads >= 5, "{loads} loads in six lifetimes");
-        assert!(late.is_empty(), "{} of {answers} answers late: {late:?}", late.len());
+        assert!(
+            late.is_empty(),
+            "{} of {answers} answers late: {late:?}",
+            late.len()
+        );
     }
 }

@@ -14,7 +14,7 @@ use tokio::runtime::Handle;
 use tokio::sync::{Notify, watch};
 
 use crate::claim;
-use crate::clock::{MAX_TICK, Clock, millis};
+use crate::clock::{Clock, MAX_TICK, millis};
 use crate::coherence::{Target, durable, link};
 use crate::connections::{Address, Server};
 use crate::directory::{self, DECLARATIONS, Declaration};

@@ -538,7 +538,9 @@ impl<T: Cached> Table<T> {
         match loader(Id::from_payload(key)).await {
             Ok(Some((value, ttl))) => {
                 let deadline = self.deadline(ttl.map_or(u64::MAX, millis));
-                Ok(self.fill(key, version, value, deadline, over_bad, l2_left).await)
+                Ok(self
+                    .fill(key, version, value, deadline, over_bad, l2_left)
+                    .await)
             }
             Ok(None) => Err(self.not_found(key)),
             Err(source) => Err(Error::Load {
