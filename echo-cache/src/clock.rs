@@ -24,8 +24,9 @@ use std::time::{Duration, Instant};
 /// this (or by 1% of the shortest declared TTL, if less).
 pub(crate) const MAX_TICK: Duration = Duration::from_millis(100);
 
-/// The bits of [`Inner::fine`] that hold the tick, in milliseconds.
+/// The low bits of [`Inner::fine`], which hold the tick in milliseconds.
 const TICK_BITS: u32 = 16;
+const TICK_MASK: u64 = (1 << TICK_BITS) - 1;
 
 /// A monotonic millisecond clock, shared by the tables of a cache.
 ///
@@ -144,7 +145,7 @@ impl Clock {
         let fine = self.inner.fine.load(Ordering::Relaxed);
         let wanted = fine >> TICK_BITS >= self.now_ms() && fine != 0;
         let tick = if wanted {
-            coarse.min(fine & ((1 << TICK_BITS) - 1))
+            coarse.min(fine & TICK_MASK)
         } else {
             coarse
         };
@@ -169,7 +170,7 @@ impl Clock {
         let until = now.saturating_add(life_ms).min(u64::MAX >> TICK_BITS);
         let mut fine = self.inner.fine.load(Ordering::Relaxed);
         loop {
-            let (fine_until, fine_tick) = (fine >> TICK_BITS, fine & ((1 << TICK_BITS) - 1));
+            let (fine_until, fine_tick) = (fine >> TICK_BITS, fine & TICK_MASK);
             let wanted = fine != 0 && fine_until >= now;
             if wanted && fine_until >= until && fine_tick <= tick {
                 return fine_tick;
@@ -193,7 +194,7 @@ impl Clock {
                             let _ = ticker.send(());
                         }
                     }
-                    return next & ((1 << TICK_BITS) - 1);
+                    return next & TICK_MASK;
                 }
                 Err(now_fine) => fine = now_fine,
             }

@@ -442,7 +442,9 @@
 //! there yet does not fail `build` (it could not, without a round trip at
 //! start-up, and a service that cannot start while its cache server is
 //! away would turn an L2 outage into its own). Each is an L2 failure like
-//! an outage: every fetch is answered by the loader within the L2 timeout,
+//! an outage: every fetch is answered by the loader within the L2 timeout
+//! (its L2 read's and its fill's L2 write's time together: a write still
+//! under way then goes on, and is dropped and counted if it fails),
 //! no error reaches the caller, [`Stats::l2_errors`] and
 //! [`Stats::l2_writes_dropped`] count it, and a `tracing` warning names the
 //! cause. A refused login or TLS handshake counts as an outage for the
@@ -509,6 +511,10 @@
 //! Versions are snowflakes ([`Minter`]): across nodes their order is the
 //! order of the nodes' wall clocks, so keep clocks synchronised; skew of
 //! `s` ms can make newer-wins misjudge writes less than `s` ms apart.
+//! They compare by payload: a version's kind is no part of it
+//! ([`newer`]). [`Cache::invalidate_at`] takes a version of any kind and
+//! writes and announces its payload under the table's kind; a node applies
+//! an announced version of any well-formed kind.
 //!
 //! # Serving stale while the store fails
 //!
@@ -529,7 +535,15 @@
 //! - **Never after an invalidation.** An invalidation (this node's, another
 //!   node's message or tracking push, a flush) removes dead rows like live
 //!   ones, and leaves in L2 a tombstone that no older value gets past; a
-//!   flight overtaken by an invalidation answers the error. While a
+//!   flight overtaken by an invalidation answers the error. A `none` table
+//!   has no channel: another node's invalidation reaches it only as L2's
+//!   tombstone, so its tombstones live at least as long as a row filled
+//!   before them may answer, live or stale (the longest TTL, the flight
+//!   deadline and the grace; more than [`Builder::tombstone_ttl`] if need
+//!   be), and it serves an L1 value stale only once L2 has answered
+//!   without a newer tombstone: a failed L2 read is no proof, and the
+//!   loader's error answers. (A server that evicts keys under
+//!   `maxmemory` may evict a tombstone: size it not to.) While a
 //!   coherent table's invalidation channel is down (it bypasses L1, or
 //!   keeps serving it unverified for its `lost_grace_ms`), it serves
 //!   nothing stale: an invalidation may have been missed, and an expired
