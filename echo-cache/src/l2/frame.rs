@@ -49,9 +49,9 @@ impl std::fmt::Display for FrameError {
                 write!(f, "a frame of {len} bytes is shorter than its header")
             }
             FrameError::Version => f.write_str("the version is not an id of this table's kind"),
-            FrameError::Schema => f.write_str(
-                "written by a build with another value shape, codec or frame layout",
-            ),
+            FrameError::Schema => {
+                f.write_str("written by a build with another value shape, codec or frame layout")
+            }
         }
     }
 }

@@ -527,7 +527,10 @@ impl<'de> de::Deserializer<'de> for Probe<'_> {
 fn elements<'de, V: Visitor<'de>>(t: &mut Tracer, len: usize, visitor: V) -> Result<V::Value> {
     t.write("(");
     t.descend()?;
-    let value = visitor.visit_seq(Elements { t: &mut *t, left: len })?;
+    let value = visitor.visit_seq(Elements {
+        t: &mut *t,
+        left: len,
+    })?;
     t.ascend();
     t.write(")");
     Ok(value)

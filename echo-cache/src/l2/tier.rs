@@ -32,8 +32,8 @@ use redis::Cmd;
 use tracing::{Instrument, Span, field};
 
 use super::frame::{self, Frame, HEADER};
-use super::shape;
 use super::script::{DROP_OLDER, WRITE_IF_NEWER};
+use super::shape;
 use super::{Codec, Warning};
 use crate::connections::{Failure, Lane, Server};
 use crate::id::RawId;

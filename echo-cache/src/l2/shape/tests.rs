@@ -77,7 +77,11 @@ mod nested {
 fn a_change_inside_a_nested_struct_changes_the_shape() {
     use nested::*;
     let v1 = shape::<v1::Game>();
-    assert_eq!(v1, shape::<same::Game>(), "the same shape in another module");
+    assert_eq!(
+        v1,
+        shape::<same::Game>(),
+        "the same shape in another module"
+    );
     assert_eq!(v1, shape::<v1::Game>(), "the same on every trace");
     for (what, other) in [
         ("reordered", shape::<reordered::Game>()),
@@ -340,5 +344,8 @@ fn untraceable_types_say_why() {
     ));
     assert!(matches!(trace::<Panics>(), Err(Untraceable::Custom(_))));
     let why = trace::<Refuses>().unwrap_err();
-    assert!(matches!(why, Untraceable::Custom(ref m) if m == "never"), "{why}");
+    assert!(
+        matches!(why, Untraceable::Custom(ref m) if m == "never"),
+        "{why}"
+    );
 }
