@@ -160,6 +160,38 @@ mod variant {
     }
 }
 
+/// A value whose shape cannot be traced: its `Deserialize` refuses every
+/// text the probe offers. Its stamp is the attribute's fingerprint alone.
+mod opaque {
+    use echo_cache::near_cache;
+
+    #[near_cache(kind = "GOP", ttl_ms = 60_000, name = "schema_opaque")]
+    #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+    pub struct Note {
+        pub greeting: Greeting,
+    }
+
+    #[derive(Clone, Debug, PartialEq, serde::Serialize)]
+    pub struct Greeting(pub String);
+
+    impl<'de> serde::Deserialize<'de> for Greeting {
+        fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+            let text = String::deserialize(deserializer)?;
+            if text.starts_with("hello") {
+                Ok(Greeting(text))
+            } else {
+                Err(serde::de::Error::custom("not a greeting"))
+            }
+        }
+    }
+
+    pub fn note() -> Note {
+        Note {
+            greeting: Greeting("hello, world".into()),
+        }
+    }
+}
+
 /// A loader of `T` that answers `value` and counts its calls.
 fn counted<T: Cached + Clone>(
     builder: Builder,
@@ -191,12 +223,15 @@ fn node<T: Cached + Clone>(server: &RedisServer) -> (Cache, Arc<AtomicUsize>) {
     let builder = counted(builder, same::game, count("schema_same"));
     let builder = counted(builder, reordered::game, count("schema_reordered"));
     let builder = counted(builder, variant::game, count("schema_variant"));
+    let builder = counted(builder, opaque::note, count("schema_opaque"));
     (builder.build().expect("cache builds"), calls)
 }
 
 /// The old build fills a value into L2; its frame is moved to the key of
 /// a fresh id of `T`, under a version of `T`'s kind, and a node reads it.
-async fn moved_to<T: Cached + Clone>(server: &RedisServer) -> (echo_cache::Fetched<T>, Cache, usize) {
+async fn moved_to<T: Cached + Clone>(
+    server: &RedisServer,
+) -> (echo_cache::Fetched<T>, Cache, usize) {
     let (old, _) = node::<v1::Game>(server);
     let written = Id::<v1::Game>::mint();
     assert_eq!(old.fetch(written).await.unwrap().source(), Source::Fill);
@@ -224,7 +259,11 @@ async fn moved_to<T: Cached + Clone>(server: &RedisServer) -> (echo_cache::Fetch
 async fn the_same_value_under_another_table_reads_the_moved_frame() {
     let server = RedisServer::start();
     let (fetched, cache, calls) = moved_to::<same::Game>(&server).await;
-    assert_eq!(fetched.source(), Source::L2, "the old build's frame is its own");
+    assert_eq!(
+        fetched.source(),
+        Source::L2,
+        "the old build's frame is its own"
+    );
     let old = v1::game().rules;
     assert_eq!(
         (fetched.rules.lives, fetched.rules.score),
@@ -256,4 +295,19 @@ async fn a_build_with_a_nested_enum_variant_changed_refuses_and_refills() {
     assert_eq!(*fetched, variant::game());
     assert_eq!(calls, 1);
     assert_eq!(cache.stats::<variant::Game>().decode_errors, 1);
+}
+
+/// A table whose value cannot be traced still opens, and its nodes share
+/// its frames: its stamp (the fingerprint alone) is the same in each.
+#[tokio::test]
+async fn a_value_that_cannot_be_traced_still_shares_its_frames() {
+    let server = RedisServer::start();
+    let (a, a_calls) = node::<opaque::Note>(&server);
+    let (b, b_calls) = node::<opaque::Note>(&server);
+    let id = Id::<opaque::Note>::mint();
+    assert_eq!(a.fetch(id).await.unwrap().source(), Source::Fill);
+    let read = b.fetch(id).await.unwrap();
+    assert_eq!((read.source(), &*read), (Source::L2, &opaque::note()));
+    assert_eq!((a_calls.load(SeqCst), b_calls.load(SeqCst)), (1, 0));
+    assert_eq!(b.stats::<opaque::Note>().decode_errors, 0);
 }
