@@ -142,6 +142,9 @@ fn option(value: Option<TokenStream>) -> TokenStream {
 /// A fingerprint of the type's serialized shape: its name, its fields' names
 /// and types, its variants and its `#[serde]` attributes. Docs and other
 /// attributes do not count, so editing a comment does not orphan L2 rows.
+/// Only these tokens: the types of the fields are names here, and what
+/// changes inside them is seen by the runtime's traced shape (the L2
+/// schema stamp folds both).
 fn fingerprint(input: &DeriveInput) -> u64 {
     let mut shape = TokenStream::new();
     input.ident.to_tokens(&mut shape);

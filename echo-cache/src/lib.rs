@@ -318,9 +318,30 @@
 //!   compact, maintained serde format with a stable 1.x wire format;
 //!   bincode is unmaintained). The schema stamp folds the declared struct's
 //!   fingerprint (computed by the attribute from its fields and `#[serde]`
-//!   attributes) with the codec's name and the frame layout: a frame
-//!   written by a build whose struct, codec or layout differs is never
-//!   decoded; it is a miss that refills.
+//!   attributes) with the shape of its values, the codec's name and the
+//!   frame layout: a frame written by a build whose value, codec or layout
+//!   differs is never decoded; it is a miss that refills.
+//! - **Schema stamp**: the shape is traced once when the table opens, by
+//!   deserializing values from a probe that writes down what the type's
+//!   `Deserialize` asks for, as a binary codec is asked: every struct,
+//!   enum and newtype reached (nested ones too, behind an `Option`, in a
+//!   `Vec` or a map), their serde names, their fields and variants by name
+//!   and in order, tuple lengths and the kind of every primitive (`u32`
+//!   is not `u64`). So a field added, removed, renamed, retyped or moved
+//!   inside a nested type, or a variant added to a nested enum, changes
+//!   the stamp. It does not see what no deserialization shows: the
+//!   validation inside a `Deserialize` (a range, a format), defaults
+//!   (`#[serde(default)]`), a `Serialize` changed alone, or a codec's own
+//!   format beyond its [`name`](Codec::name). Some types cannot be traced:
+//!   one read through `deserialize_any` (an untagged or internally tagged
+//!   enum, `#[serde(flatten)]`, a `serde_json::Value`), one whose
+//!   `Deserialize` refuses every value the probe offers (a primitive is
+//!   offered a few, 0 or 1, an empty text, "0", a nil UUID, an epoch date
+//!   and time, 16 zero bytes…) or checks more than a primitive, one that
+//!   panics, or one that holds itself with no way out. Then the stamp is
+//!   the fingerprint alone, which sees only the declared struct's own
+//!   tokens (a change inside a nested type keeps it), and the table logs
+//!   why when it opens (WARN).
 //! - **Bad data**: a short frame, a malformed version, another schema, an
 //!   undecodable body or a key of another Redis type is a miss that
 //!   refills, counted in [`Stats::decode_errors`], with a rate-limited
@@ -714,6 +735,8 @@
 //!   `id`, `version`) with a `write delivered` (or kept for later)
 //!   event, and an `invalidation applied` event (DEBUG) for each one
 //!   received from another node;
+//! - a table whose value's shape cannot be traced for its schema stamp
+//!   (WARN, once when it opens: see [L2](crate#l2));
 //! - state changes: the L2 breaker opening (WARN) and closing (INFO), a
 //!   table's invalidation channel lost (WARN) and up (INFO), the writes
 //!   kept during an outage delivered (INFO); and rate-limited warnings of

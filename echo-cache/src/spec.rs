@@ -317,7 +317,9 @@ impl TableSpec {
     }
 
     /// A fingerprint of the declared struct's definition: two builds whose
-    /// structs differ have different fingerprints.
+    /// structs differ have different fingerprints. It sees the struct's own
+    /// tokens only, not inside the types of its fields: the L2 schema stamp
+    /// adds the traced shape of its values (see [L2](crate#l2)).
     #[must_use]
     pub const fn fingerprint(&self) -> u64 {
         self.fingerprint

@@ -70,8 +70,8 @@ pub trait Codec<T>: Send + Sync + 'static {
 /// The default codec: [postcard](https://docs.rs/postcard), a compact,
 /// maintained serde format with a stable wire format (1.x) and no schema in
 /// the bytes. It is not self-describing, so a change of the struct would
-/// misread old bytes; the schema fingerprint in every frame is what keeps
-/// that from happening.
+/// misread old bytes; the schema stamp in every frame is what keeps that
+/// from happening.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Postcard;
 

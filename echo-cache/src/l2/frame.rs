@@ -8,9 +8,10 @@
 //! The version is the value's id-shaped version, in its 14 ASCII bytes, so
 //! server-side scripts can compare versions with plain byte comparison. The
 //! schema stamp (big-endian) is the declared struct's fingerprint folded
-//! with the codec's name and this layout's: a frame written by a build whose
-//! struct, codec or frame layout differs is refused before a byte of the
-//! body is decoded.
+//! with the shape of its values (nested types included, traced when the
+//! table opens: see [`shape`](super::shape)), the codec's name and this
+//! layout's: a frame written by a build whose value, codec or frame layout
+//! differs is refused before a byte of the body is decoded.
 //!
 //! The expiry is the frame's logical expiry: big-endian milliseconds since
 //! the Unix epoch on the writer's clock. The server expires the key at the
@@ -49,18 +50,23 @@ impl std::fmt::Display for FrameError {
             }
             FrameError::Version => f.write_str("the version is not an id of this table's kind"),
             FrameError::Schema => {
-                f.write_str("written by a build with another struct, codec or frame layout")
+                f.write_str("written by a build with another value shape, codec or frame layout")
             }
         }
     }
 }
 
-/// The schema stamp of a table: its struct's fingerprint, its codec and
-/// the frame layout.
-pub(crate) fn schema(fingerprint: u64, codec: &str) -> u64 {
-    // FNV-1a over the codec name and the layout, seeded with the fingerprint.
-    codec
-        .bytes()
+/// The schema stamp of a table: its struct's fingerprint, the traced shape
+/// of its values (`None`: it could not be traced), its codec and the frame
+/// layout.
+pub(crate) fn schema(fingerprint: u64, shape: Option<u64>, codec: &str) -> u64 {
+    // FNV-1a over the shape, the codec name and the layout, seeded with the
+    // fingerprint. Without a shape, the stamp of the builds before shapes
+    // were traced: such a table's frames stay readable across the upgrade.
+    let shape = shape.map(u64::to_be_bytes);
+    let bytes = shape.iter().flatten().copied();
+    bytes
+        .chain(codec.bytes())
         .chain(LAYOUT.bytes())
         .fold(fingerprint ^ 0xcbf2_9ce4_8422_2325, |hash, byte| {
             (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
@@ -136,6 +142,8 @@ mod tests {
         let mut bad = frame.clone();
         bad[5] = b'-';
         assert!(matches!(decode(&bad, kind, 7), Err(FrameError::Version)));
-        assert_ne!(schema(1, "postcard-1"), schema(1, "json"));
+        assert_ne!(schema(1, None, "postcard-1"), schema(1, None, "json"));
+        assert_ne!(schema(1, Some(2), "json"), schema(1, Some(3), "json"));
+        assert_ne!(schema(1, Some(2), "json"), schema(1, None, "json"));
     }
 }

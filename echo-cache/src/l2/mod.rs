@@ -13,6 +13,7 @@
 mod codec;
 mod frame;
 mod script;
+mod shape;
 mod tier;
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};

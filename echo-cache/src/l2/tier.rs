@@ -33,6 +33,7 @@ use tracing::{Instrument, Span, field};
 
 use super::frame::{self, Frame, HEADER};
 use super::script::{DROP_OLDER, WRITE_IF_NEWER};
+use super::shape;
 use super::{Codec, Warning};
 use crate::connections::{Failure, Lane, Server};
 use crate::id::RawId;
@@ -99,6 +100,22 @@ pub(crate) enum Found<T> {
     Tombstone(RawId),
 }
 
+/// The traced shape of `T`'s values, for its schema stamp; `None`, with a
+/// warning, if it cannot be traced: the stamp then sees only the declared
+/// type's own fields (see the crate docs, "L2").
+fn traced<T: Cached>(spec: &TableSpec) -> Option<u64> {
+    shape::trace::<T>()
+        .inspect_err(|why| {
+            tracing::warn!(
+                table = spec.name(),
+                "the schema stamp of `{}` sees only its own fields, not inside nested \
+                 types: its shape cannot be traced ({why})",
+                spec.type_name()
+            );
+        })
+        .ok()
+}
+
 impl<T: Cached> Tier<T> {
     pub(crate) fn new(
         server: Arc<Server>,
@@ -108,7 +125,7 @@ impl<T: Cached> Tier<T> {
         tombstone_ttl: Duration,
     ) -> Tier<T> {
         Tier {
-            schema: frame::schema(spec.fingerprint(), codec.name()),
+            schema: frame::schema(spec.fingerprint(), traced::<T>(spec), codec.name()),
             grace_ms: spec.stale_if_error_ms(),
             prefix: keyspace::prefix(spec),
             slot: keyspace::slot(keyspace::prefix(spec).as_bytes()),
