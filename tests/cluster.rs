@@ -332,6 +332,141 @@ async fn a_write_the_cluster_keeps_redirecting_lands_once_the_slot_settles() {
     assert!(frame.is_some(), "the frame is on {owner}");
 }
 
+/// How long a table's slot is held halfway through its migration.
+const HELD_FOR: Duration = Duration::from_secs(1);
+
+/// Ids written while the slot is held: half moved to the target before the
+/// writes, half left on the source, and some new (no key yet: the source
+/// answers `ASK` for them too).
+const HELD_IDS: usize = 12;
+
+/// `T`'s slot held halfway through a migration for [`HELD_FOR`] (the source
+/// `MIGRATING`, the target `IMPORTING`, half the table's keys moved, so the
+/// source answers `ASK` for those and for new ones) while node A puts and
+/// invalidates and node B reads: B reads every write within `D` of its
+/// return, and no operation spends the redirect budget (each is a
+/// one-command redirect, not a wait: none dropped, none failed, each well
+/// under the budget's second).
+async fn a_slot_held_mid_migration<T: Entity>() {
+    let cluster = Arc::new(RedisCluster::start(3, 0));
+    let sor = Sor::default();
+    let (a, b) = (node(&cluster, &sor), node(&cluster, &sor));
+    ready(&[a.clone(), b.clone()]).await;
+    let slot = slot_of::<T>();
+    let ids: Vec<Id<T>> = (0..HELD_IDS).map(|_| Id::mint()).collect();
+    // B holds the first two thirds in L1 (the last third has no key yet).
+    let filled = HELD_IDS * 2 / 3;
+    for &id in &ids[..filled] {
+        assert_eq!(b.fetch(id).await.unwrap().source(), Source::Fill);
+    }
+    let source = cluster.node_of_slot(slot);
+    let target = *cluster
+        .masters()
+        .iter()
+        .find(|m| m.id() != source.id())
+        .expect("another master");
+    let migration = cluster.begin_migration(slot, target);
+    // Half the filled ids move; the table's other keys (a stream) stay.
+    let moved: Vec<String> = ids[..filled / 2]
+        .iter()
+        .map(|id| keyspace::key(T::spec(), &id.raw()))
+        .collect();
+    let _: String = source.query(
+        redis::cmd("MIGRATE")
+            .arg("127.0.0.1")
+            .arg(target.port())
+            .arg("")
+            .arg(0)
+            .arg(5_000)
+            .arg("KEYS")
+            .arg(&moved),
+    );
+    let mut plain = redis::Client::open(source.url())
+        .and_then(|client| client.get_connection())
+        .expect("a connection to the source");
+    let asked = (redis::cmd("GET").arg(&moved[0]))
+        .query::<Option<Vec<u8>>>(&mut plain)
+        .expect_err("the source redirects a moved key");
+    assert_eq!(asked.code(), Some("ASK"), "{asked}");
+
+    let (mut writes, mut slowest, mut latest) = (0, Duration::ZERO, Duration::ZERO);
+    let held = std::time::Instant::now();
+    while held.elapsed() < HELD_FOR {
+        let id = ids[writes % HELD_IDS];
+        let revision = sor.bump(id.raw());
+        let began = std::time::Instant::now();
+        if writes % 2 == 0 {
+            a.put(id, T::at(revision)).await.expect("the put");
+        } else {
+            a.invalidate(id).await.expect("the invalidation");
+        }
+        let written = std::time::Instant::now();
+        slowest = slowest.max(written - began);
+        loop {
+            let read = b.fetch(id).await.expect("B's read");
+            let since = written.elapsed();
+            assert!(
+                since <= D,
+                "write {writes}: B read revision {} of {id:?} (written: {revision}) \
+                 {since:?} after A's write returned, past D = {D:?}",
+                read.revision()
+            );
+            if read.revision() == revision {
+                latest = latest.max(since);
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        writes += 1;
+    }
+    eprintln!(
+        "{}: {writes} writes with the slot held; slowest write {slowest:?}, \
+         B read each within {latest:?}",
+        T::spec().name()
+    );
+    let (sa, sb) = (a.stats::<T>(), b.stats::<T>());
+    assert_eq!(
+        (
+            sa.l2_writes_dropped,
+            sa.redeliveries,
+            sa.l2_errors,
+            sb.l2_errors
+        ),
+        (0, 0, 0, 0),
+        "every L2 operation was answered while the slot was held"
+    );
+    // Not a wait for the slot to settle: a redirect costs a round trip, and
+    // the budget for a cluster that keeps redirecting is a second.
+    assert!(
+        slowest < Duration::from_millis(250),
+        "the slowest write took {slowest:?}"
+    );
+    let finish = Arc::clone(&cluster);
+    tokio::task::spawn_blocking(move || finish.finish_migration(migration))
+        .await
+        .expect("the migration ends");
+    assert_eq!(
+        cluster.node_of_slot(slot).id(),
+        target.id(),
+        "the slot moved"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slot_held_mid_migration_tracking() {
+    a_slot_held_mid_migration::<Tracked>().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slot_held_mid_migration_broadcast() {
+    a_slot_held_mid_migration::<Broadcast>().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slot_held_mid_migration_durable() {
+    a_slot_held_mid_migration::<Durable>().await;
+}
+
 /// A spread table: each id on its own slot, so its ids land on every
 /// master, and a write on one node still evicts the row on another.
 #[near_cache(

@@ -125,7 +125,11 @@ async fn session(
         track(&mut connection, routes)
             .await
             .map_err(|e| format!("CLIENT TRACKING on {}: {e}", master.name))?;
-        connections.push((master.slots.clone(), connection));
+        connections.push(NodeConnection {
+            name: master.name.clone(),
+            slots: master.slots.clone(),
+            connection,
+        });
     }
     let _subscriber = subscribe(server, &mut connections, routes, &pushes).await?;
     server.link().set(connections.clone());
@@ -161,8 +165,8 @@ async fn session(
             },
             _ = ping.tick() => {
                 let ping = redis::cmd("PING");
-                for (_, connection) in &mut connections {
-                    let reply = ping.query_async::<Value>(connection);
+                for node in &mut connections {
+                    let reply = ping.query_async::<Value>(&mut node.connection);
                     match tokio::time::timeout(settings.deadline, reply).await {
                         Ok(Ok(_)) => {}
                         Ok(Err(e)) => return Err(format!("PING: {e}")),
@@ -190,7 +194,7 @@ async fn session(
                 // A reshard among the masters this link tracks: pushes keep
                 // coming; only the routes of the tracking tables' commands
                 // follow the slots.
-                connections = remap(connections, &topology, &now);
+                connections = remap(connections, &now);
                 server.link().set(connections.clone());
                 topology = now;
             }
@@ -211,20 +215,19 @@ fn moved_channel(routes: &[Route], from: &Topology, to: &Topology) -> bool {
         })
 }
 
-/// `connections`, made to `from`'s masters, with the slots each serves in
-/// `to` (the same masters).
-fn remap(connections: Vec<NodeConnection>, from: &Topology, to: &Topology) -> Vec<NodeConnection> {
-    from.masters
-        .iter()
-        .zip(connections)
-        .map(|(master, (_, connection))| {
+/// `connections`, each with the slots its node serves in `to` (the same
+/// masters).
+fn remap(connections: Vec<NodeConnection>, to: &Topology) -> Vec<NodeConnection> {
+    connections
+        .into_iter()
+        .map(|node| {
             let slots = to
                 .masters
                 .iter()
-                .find(|now| now.name == master.name)
+                .find(|now| now.name == node.name)
                 .map(|now| now.slots.clone())
                 .unwrap_or_default();
-            (slots, connection)
+            NodeConnection { slots, ..node }
         })
         .collect()
 }
@@ -256,9 +259,9 @@ async fn subscribe(
         }
         return Ok(Some(subscriber));
     }
-    let (_, connection) = connections.first_mut().ok_or("no node serves slots")?;
+    let node = connections.first_mut().ok_or("no node serves slots")?;
     for channel in channels {
-        (connection.subscribe(channel).await).map_err(|e| format!("subscribe: {e}"))?;
+        (node.connection.subscribe(channel).await).map_err(|e| format!("subscribe: {e}"))?;
     }
     Ok(None)
 }

@@ -362,14 +362,15 @@ impl Server {
             };
             let commands = self.connection().await?;
             match linked {
-                Some(linked) => {
-                    let fallback = Box::new(commands);
-                    let redirected = false;
-                    op(Connection::Linked {
-                        linked,
-                        fallback,
-                        redirected,
-                    })
+                Some(node) => {
+                    op(Connection::Linked(Box::new(Linked {
+                        node,
+                        asking: false,
+                        redirected: false,
+                        link: Arc::clone(&self.link),
+                        followed_by_cluster: false,
+                        commands,
+                    })))
                     .await
                 }
                 None => op(commands).await,
@@ -538,15 +539,101 @@ pub(crate) enum Lane {
 pub(crate) enum Connection {
     Managed(ConnectionManager),
     Cluster(ClusterConnection),
-    /// The link's connection to a node. Once it refuses a command because
-    /// its slot moved since the link was made, that command and the rest of
-    /// the operation (a script's `SCRIPT LOAD` and retry, say) run on
-    /// `fallback`, the command path, which follows the cluster.
-    Linked {
-        linked: MultiplexedConnection,
-        fallback: Box<Connection>,
-        redirected: bool,
-    },
+    /// The link's connection to a node (see [`Linked`]).
+    Linked(Box<Linked>),
+}
+
+/// A tracking table's operation on the link's connection to the node that
+/// serves its slot, following the node's redirects itself: a plain
+/// connection answers them as a value (`Value::ServerError`), which
+/// becomes an error only once `Cmd::query_async` reads it, past any
+/// fallback that waits for one.
+///
+/// `ASK` (the slot is migrating, and the key is on the target, or new) is
+/// a one-command redirect: `ASKING` and the command, in one write, on the
+/// link's connection to the target. `MOVED` (the slot moved since the link
+/// last read the topology): the command on the link's connection to the
+/// new owner. Either way the node's tracking there (BCAST, on every master
+/// of the link) covers what is read, and `NOLOOP` keeps what is written
+/// from coming back. The rest of the operation (a script's `SCRIPT LOAD`
+/// and retry) follows the first redirect. A node the link has no
+/// connection to, or a second redirect, and the operation goes on the
+/// command path, which follows the cluster.
+pub(crate) struct Linked {
+    /// The node the operation's commands go to now.
+    node: MultiplexedConnection,
+    /// Whether `node` imports the slot: each command goes after `ASKING`.
+    asking: bool,
+    /// Whether a redirect was followed already.
+    redirected: bool,
+    link: Arc<LinkSlot>,
+    /// Whether the operation runs on the command path now.
+    followed_by_cluster: bool,
+    /// The command path.
+    commands: Connection,
+}
+
+impl Linked {
+    async fn send(&mut self, cmd: &Cmd) -> redis::RedisResult<Value> {
+        if !self.followed_by_cluster {
+            let reply = self.on_node(cmd).await;
+            let Some(redirect) = Redirect::of(&reply) else {
+                return reply;
+            };
+            let to = match self.redirected {
+                false => self.link.node(&redirect.node),
+                true => None,
+            };
+            self.redirected = true;
+            if let Some(to) = to {
+                (self.node, self.asking) = (to, redirect.ask);
+                let reply = self.on_node(cmd).await;
+                if Redirect::of(&reply).is_none() {
+                    return reply;
+                }
+            }
+            self.followed_by_cluster = true;
+        }
+        self.commands.req_packed_command(cmd).await
+    }
+
+    /// `cmd` on `node`, after `ASKING` if it imports the slot.
+    async fn on_node(&mut self, cmd: &Cmd) -> redis::RedisResult<Value> {
+        if !self.asking {
+            return self.node.req_packed_command(cmd).await;
+        }
+        let mut asked = redis::pipe();
+        asked.cmd("ASKING").add_command(cmd.clone());
+        let mut replies = self.node.req_packed_commands(&asked, 1, 1).await?;
+        replies
+            .pop()
+            .ok_or_else(|| RedisError::from((redis::ErrorKind::Client, "no reply after ASKING")))
+    }
+}
+
+/// Where a node sent a command: another node, for this command (`ASK`) or
+/// for the slot (`MOVED`).
+struct Redirect {
+    ask: bool,
+    /// `host:port`, as `CLUSTER SLOTS` names it.
+    node: String,
+}
+
+impl Redirect {
+    fn of(reply: &redis::RedisResult<Value>) -> Option<Redirect> {
+        let of = |error: &RedisError| {
+            let (node, _slot) = error.redirect_node()?;
+            Some(Redirect {
+                ask: error.code() == Some("ASK"),
+                node: node.to_owned(),
+            })
+        };
+        match reply {
+            Ok(Value::ServerError(error)) => of(&RedisError::from(error.clone())),
+            Err(error) => of(error),
+            Ok(_) => None,
+        }
+    }
 }
 
 impl ConnectionLike for Connection {
@@ -554,19 +641,7 @@ impl ConnectionLike for Connection {
         match self {
             Connection::Managed(connection) => connection.req_packed_command(cmd),
             Connection::Cluster(connection) => connection.req_packed_command(cmd),
-            Connection::Linked {
-                linked,
-                fallback,
-                redirected,
-            } => Box::pin(async move {
-                if !*redirected {
-                    match linked.req_packed_command(cmd).await {
-                        Err(error) if moved(&error) => *redirected = true,
-                        done => return done,
-                    }
-                }
-                fallback.req_packed_command(cmd).await
-            }),
+            Connection::Linked(linked) => Box::pin(linked.send(cmd)),
         }
     }
 
@@ -583,9 +658,8 @@ impl ConnectionLike for Connection {
             Connection::Cluster(connection) => {
                 connection.req_packed_commands(pipeline, offset, count)
             }
-            Connection::Linked { linked, .. } => {
-                linked.req_packed_commands(pipeline, offset, count)
-            }
+            // No tracking table's operation is a pipeline.
+            Connection::Linked(linked) => linked.node.req_packed_commands(pipeline, offset, count),
         }
     }
 
@@ -593,7 +667,7 @@ impl ConnectionLike for Connection {
         match self {
             Connection::Managed(connection) => connection.get_db(),
             Connection::Cluster(connection) => connection.get_db(),
-            Connection::Linked { linked, .. } => linked.get_db(),
+            Connection::Linked(linked) => linked.node.get_db(),
         }
     }
 }
@@ -667,8 +741,14 @@ fn is_outage(error: &RedisError) -> bool {
 #[derive(Default)]
 pub(crate) struct LinkSlot(Mutex<Vec<NodeConnection>>);
 
-/// A connection to a node, with the slot ranges the node serves.
-pub(crate) type NodeConnection = (Vec<(u16, u16)>, MultiplexedConnection);
+/// The link's connection to a node, with the slot ranges the node serves.
+#[derive(Clone)]
+pub(crate) struct NodeConnection {
+    /// The node's `host:port`, as `CLUSTER SLOTS` names it (and redirects).
+    pub(crate) name: String,
+    pub(crate) slots: Vec<(u16, u16)>,
+    pub(crate) connection: MultiplexedConnection,
+}
 
 impl LinkSlot {
     /// The connection to the node that serves `slot`.
@@ -676,8 +756,21 @@ impl LinkSlot {
         let connections = self.lock();
         connections
             .iter()
-            .find(|(slots, _)| slots.iter().any(|&(from, to)| (from..=to).contains(&slot)))
-            .map(|(_, connection)| connection.clone())
+            .find(|node| {
+                node.slots
+                    .iter()
+                    .any(|&(from, to)| (from..=to).contains(&slot))
+            })
+            .map(|node| node.connection.clone())
+    }
+
+    /// The connection to the node named `name` (`host:port`).
+    fn node(&self, name: &str) -> Option<MultiplexedConnection> {
+        let connections = self.lock();
+        connections
+            .iter()
+            .find(|node| node.name == name)
+            .map(|node| node.connection.clone())
     }
 
     pub(crate) fn set(&self, connections: Vec<NodeConnection>) {
