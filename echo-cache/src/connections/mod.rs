@@ -305,6 +305,23 @@ impl Server {
         }
     }
 
+    /// The nodes a tracking table's command was sent to that `topology`
+    /// does not name (see [`LinkSlot`]), each reached with the seed's
+    /// settings; those it names are strangers no more.
+    pub(crate) fn strangers(&self, topology: &Topology) -> Vec<Master> {
+        let mut strangers = Vec::new();
+        for name in self.link.strangers() {
+            let master = (!topology.masters.iter().any(|m| m.name == name))
+                .then(|| Master::named(&name, &self.seed))
+                .flatten();
+            match master {
+                Some(master) => strangers.push(master),
+                None => self.link.forget(&name),
+            }
+        }
+        strangers
+    }
+
     /// The master that serves `slot` now (the server, if not a cluster).
     pub(crate) async fn owner(&self, slot: u16) -> Result<Master, String> {
         self.topology()
@@ -556,9 +573,12 @@ pub(crate) enum Connection {
 /// new owner. Either way the node's tracking there (BCAST, on every master
 /// of the link) covers what is read, and `NOLOOP` keeps what is written
 /// from coming back. The rest of the operation (a script's `SCRIPT LOAD`
-/// and retry) follows the first redirect. A node the link has no
-/// connection to, or a second redirect, and the operation goes on the
-/// command path, which follows the cluster.
+/// and retry) follows the first redirect. A second redirect, and the
+/// operation goes on the command path, which follows the cluster; so does
+/// one to a node the link has no connection to (a migration's target that
+/// serves no slot yet), which the link is told of: nothing read from that
+/// node is tracked, so the link starts afresh (flush, bypass) with a
+/// connection to it too.
 pub(crate) struct Linked {
     /// The node the operation's commands go to now.
     node: MultiplexedConnection,
@@ -580,16 +600,17 @@ impl Linked {
             let Some(redirect) = Redirect::of(&reply) else {
                 return reply;
             };
-            let to = match self.redirected {
-                false => self.link.node(&redirect.node),
-                true => None,
-            };
-            self.redirected = true;
-            if let Some(to) = to {
-                (self.node, self.asking) = (to, redirect.ask);
-                let reply = self.on_node(cmd).await;
-                if Redirect::of(&reply).is_none() {
-                    return reply;
+            if !self.redirected {
+                self.redirected = true;
+                match self.link.node(&redirect.node) {
+                    Some(to) => {
+                        (self.node, self.asking) = (to, redirect.ask);
+                        let reply = self.on_node(cmd).await;
+                        if Redirect::of(&reply).is_none() {
+                            return reply;
+                        }
+                    }
+                    None => self.link.meet(&redirect.node),
                 }
             }
             self.followed_by_cluster = true;
@@ -736,10 +757,17 @@ fn is_outage(error: &RedisError) -> bool {
 }
 
 /// The coherence link's connections while a session is up, one per node
-/// with the slots it serves, for the `tracking` tables' commands. Empty
-/// between sessions.
+/// with the slots it serves, for the `tracking` tables' commands (empty
+/// between sessions); and the nodes that answered for a slot without the
+/// link having a connection to them.
 #[derive(Default)]
-pub(crate) struct LinkSlot(Mutex<Vec<NodeConnection>>);
+pub(crate) struct LinkSlot {
+    nodes: Mutex<Vec<NodeConnection>>,
+    /// By name: a migration's target that serves no slot yet (`CLUSTER
+    /// SLOTS` does not list it), or a new owner the link has not read.
+    strangers: Mutex<Vec<String>>,
+    met: tokio::sync::Notify,
+}
 
 /// The link's connection to a node, with the slot ranges the node serves.
 #[derive(Clone)]
@@ -753,8 +781,8 @@ pub(crate) struct NodeConnection {
 impl LinkSlot {
     /// The connection to the node that serves `slot`.
     pub(crate) fn get(&self, slot: u16) -> Option<MultiplexedConnection> {
-        let connections = self.lock();
-        connections
+        let nodes = lock(&self.nodes);
+        nodes
             .iter()
             .find(|node| {
                 node.slots
@@ -766,22 +794,49 @@ impl LinkSlot {
 
     /// The connection to the node named `name` (`host:port`).
     fn node(&self, name: &str) -> Option<MultiplexedConnection> {
-        let connections = self.lock();
-        connections
+        let nodes = lock(&self.nodes);
+        nodes
             .iter()
             .find(|node| node.name == name)
             .map(|node| node.connection.clone())
     }
 
-    pub(crate) fn set(&self, connections: Vec<NodeConnection>) {
-        *self.lock() = connections;
+    pub(crate) fn set(&self, nodes: Vec<NodeConnection>) {
+        *lock(&self.nodes) = nodes;
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<NodeConnection>> {
-        self.0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    /// A node the link has no connection to answered for a slot: what is
+    /// read from it is not tracked, so the link must start afresh with it.
+    fn meet(&self, name: &str) {
+        let mut strangers = lock(&self.strangers);
+        if !strangers.iter().any(|known| known == name) {
+            strangers.push(name.to_owned());
+        }
+        drop(strangers);
+        self.met.notify_one();
     }
+
+    /// Resolves when a stranger was met (or had been, since the last call).
+    pub(crate) async fn met(&self) {
+        self.met.notified().await;
+    }
+
+    /// The strangers met, by name.
+    pub(crate) fn strangers(&self) -> Vec<String> {
+        lock(&self.strangers).clone()
+    }
+
+    /// `name` is a stranger no more: it is a master the link reads, or it
+    /// did not answer (met again, it is tried again).
+    pub(crate) fn forget(&self, name: &str) {
+        lock(&self.strangers).retain(|known| known != name);
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 #[cfg(test)]
