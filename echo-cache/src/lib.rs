@@ -379,8 +379,9 @@
 //! than [`Builder::l2_timeout`]. Every mode keeps its guarantees
 //! through a reshard and a failover (the test suite runs the stale-read
 //! checker of each mode through a live reshard, a `CLUSTER FAILOVER` and a
-//! master killed, on Valkey 8 and Redis 7: no caller error, no read staler
-//! than D = 100 ms; a write acknowledged while a killed master's slots had
+//! master killed, and writes on one node read on another while a slot is
+//! held halfway migrated, to a master or to a new one, on Valkey 8 and
+//! Redis 7: no caller error, no read staler than D = 100 ms; a write acknowledged while a killed master's slots had
 //! no owner is kept and delivered to the promoted replica, and read
 //! everywhere within the [outage bound](#guarantees)).
 //!
@@ -397,7 +398,14 @@
 //! - **tracking**: each node's coherence link connects to every master and
 //!   turns tracking on there (a key's owner pushes its invalidations); a
 //!   tracking table's commands run on the connection to its slot's owner,
-//!   so `NOLOOP` keeps the node's own writes from coming back.
+//!   so `NOLOOP` keeps the node's own writes from coming back. While the
+//!   slot migrates, a command its owner redirects (`ASK`: the key moved
+//!   already, or is new) goes once, after `ASKING`, on the link's
+//!   connection to the target, which tracks it too; a `MOVED` one on the
+//!   connection to the new owner: one more round trip, not a wait. A
+//!   target that serves no slot yet (a new master) has no connection of
+//!   the link: the first command redirected there makes the link start
+//!   afresh (flush, bypass L1, reconnect) tracking it too.
 //! - **broadcast**: sharded pub/sub. A write's message is `SPUBLISH`ed
 //!   on the table's channel, in the table's slot, and every node holds a
 //!   sharded subscription there (`SSUBSCRIBE`, through a cluster

@@ -39,6 +39,7 @@ const POLL_INTERVAL: Duration = Duration::from_millis(10);
 pub struct RedisClusterBuilder {
     masters: usize,
     replicas_per_master: usize,
+    spare_masters: usize,
     node_timeout: Duration,
     converge_timeout: Duration,
     args: Vec<OsString>,
@@ -51,6 +52,14 @@ impl RedisClusterBuilder {
     /// to be failed over by mistake.
     pub fn node_timeout(mut self, timeout: Duration) -> Self {
         self.node_timeout = timeout;
+        self
+    }
+
+    /// Starts `spares` more nodes that join as masters serving no slot (a
+    /// scale-out's new masters, before any slot migrates to them), after
+    /// the replicas in [`RedisCluster::nodes`].
+    pub fn spare_masters(mut self, spares: usize) -> Self {
+        self.spare_masters = spares;
         self
     }
 
@@ -86,13 +95,14 @@ impl RedisClusterBuilder {
         self.try_start().unwrap_or_else(|e| panic!("{e}"))
     }
 
-    /// Starts `masters * (1 + replicas_per_master)` nodes, gives the masters
-    /// equal shares of the slots, joins the nodes, attaches the replicas and
-    /// waits until the cluster agrees (see [`RedisCluster::wait_ok`]).
+    /// Starts `masters * (1 + replicas_per_master)` nodes and the spare
+    /// masters, gives the masters equal shares of the slots, joins the
+    /// nodes, attaches the replicas and waits until the cluster agrees (see [`RedisCluster::wait_ok`]).
     pub fn try_start(self) -> Result<RedisCluster, Error> {
         let turn = Turn::take();
         let masters = self.masters;
-        let count = masters * (1 + self.replicas_per_master);
+        let replicas = masters * self.replicas_per_master;
+        let count = masters + replicas + self.spare_masters;
         let node_timeout_ms = self.node_timeout.as_millis().max(1).to_string();
         let server = RedisServer::builder()
             .args(["--cluster-enabled", "yes"])
@@ -138,7 +148,7 @@ impl RedisClusterBuilder {
             agreed: Mutex::new(Layout::default()),
             _turn: turn,
         };
-        cluster.form(masters)?;
+        cluster.form(masters, replicas)?;
         Ok(cluster)
     }
 }
@@ -154,7 +164,8 @@ impl RedisClusterBuilder {
 /// are asked of the cluster (the first running node) at each call.
 #[derive(Debug)]
 pub struct RedisCluster {
-    /// Masters first, then the replicas (replica `i` of master `i % masters`).
+    /// Masters first, then the replicas (replica `i` of master `i % masters`),
+    /// then the spare masters.
     nodes: Vec<ClusterNode>,
     node_timeout: Duration,
     converge_timeout: Duration,
@@ -272,6 +283,7 @@ impl RedisCluster {
         RedisClusterBuilder {
             masters,
             replicas_per_master,
+            spare_masters: 0,
             node_timeout: DEFAULT_NODE_TIMEOUT,
             converge_timeout: DEFAULT_CONVERGE_TIMEOUT,
             args: Vec::new(),
@@ -530,8 +542,9 @@ impl RedisCluster {
         .unwrap_or_else(|e| panic!("{e}"));
     }
 
-    /// Joins freshly started nodes: epochs, slots, `CLUSTER MEET`, replicas.
-    fn form(&self, masters: usize) -> Result<(), Error> {
+    /// Joins freshly started nodes: epochs, slots, `CLUSTER MEET`, replicas
+    /// (the nodes after them are spare masters).
+    fn form(&self, masters: usize, replicas: usize) -> Result<(), Error> {
         // Distinct config epochs up front, as `redis-cli --cluster create`
         // does, so the nodes need no epoch collision rounds.
         for (epoch, node) in (1_u64..).zip(&self.nodes) {
@@ -577,7 +590,7 @@ impl RedisCluster {
             }
             Ok(())
         })?;
-        for (i, replica) in self.nodes[masters..].iter().enumerate() {
+        for (i, replica) in self.nodes[masters..masters + replicas].iter().enumerate() {
             let master = &self.nodes[i % masters];
             let () = run(
                 replica,

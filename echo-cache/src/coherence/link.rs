@@ -4,17 +4,19 @@
 //! `broadcast` tables, and that writes and reads the L2 keys of `tracking`
 //! tables, so that `NOLOOP` keeps the node's own writes from coming back.
 //!
-//! A session reads the topology, connects to each master, enables tracking
-//! on each (`CLIENT TRACKING ON BCAST NOLOOP` with the prefix of every
-//! tracking table: the owner of a key pushes its invalidations, and a
-//! reshard moves keys between masters), subscribes to the channel of every
-//! broadcast table (sharded, on a cluster), then trusts their L1. It ends when a
-//! connection is lost (closed by the server, killed, dropped for its output
-//! buffer), silent past the PING deadline, when a sharded channel's slot
-//! moved, or when a master it does not know serves slots (a replica
-//! promoted would not push to this node); its tables are then flushed and
-//! bypassed until the next session
-//! is up. Sessions follow each other, with a backoff, until the cache is
+//! A session reads the topology, connects to each master (and to each node
+//! that answered a tracking table's command without the link having a
+//! connection to it: a migration's target that serves no slot yet),
+//! enables tracking on each (`CLIENT TRACKING ON BCAST NOLOOP` with the
+//! prefix of every tracking table: the owner of a key pushes its
+//! invalidations, and a reshard moves keys between masters), subscribes to
+//! the channel of every broadcast table (sharded, on a cluster), then
+//! trusts their L1. It ends when a connection is lost (closed by the
+//! server, killed, dropped for its output buffer), silent past the PING
+//! deadline, when a sharded channel's slot moved, when a master it does not
+//! know serves slots (a replica promoted would not push to this node), or
+//! when a node it has no connection to answers a tracking table's command;
+//! its tables are then flushed and bypassed until the next session is up. Sessions follow each other, with a backoff, until the cache is
 //! dropped.
 
 use std::convert::Infallible;
@@ -31,7 +33,7 @@ use tokio::sync::{mpsc, watch};
 
 use super::Target;
 use super::message;
-use crate::connections::{NodeConnection, Server, TOPOLOGY_EVERY, Topology};
+use crate::connections::{Master, NodeConnection, Server, TOPOLOGY_EVERY, Topology};
 use crate::spec::Coherence;
 
 /// Settings of the link.
@@ -115,17 +117,22 @@ async fn session(
         .set_push_sender(pushes.clone())
         .set_connection_timeout(Some(settings.deadline))
         .set_response_timeout(Some(settings.deadline));
-    let mut connections = Vec::with_capacity(topology.masters.len());
+    let strangers = server.strangers(&topology);
+    let mut connections = Vec::with_capacity(topology.masters.len() + strangers.len());
     for master in &topology.masters {
-        let client = resp3(&master.info).map_err(|e| format!("{}: {e}", master.name))?;
-        let mut connection = client
-            .get_multiplexed_async_connection_with_config(&config)
-            .await
-            .map_err(|e| format!("connect to {}: {e}", master.name))?;
-        track(&mut connection, routes)
-            .await
-            .map_err(|e| format!("CLIENT TRACKING on {}: {e}", master.name))?;
-        connections.push((master.slots.clone(), connection));
+        connections.push(connect(master, &config, routes).await?);
+    }
+    // Tracked too, though they serve no slot yet: a migration's target
+    // answers for the keys it imported (`ASK`).
+    for stranger in &strangers {
+        match connect(stranger, &config, routes).await {
+            Ok(connection) => connections.push(connection),
+            // Met again, it is tried again.
+            Err(error) => {
+                tracing::debug!("a node that answered for a slot: {error}");
+                server.link().forget(&stranger.name);
+            }
+        }
     }
     let _subscriber = subscribe(server, &mut connections, routes, &pushes).await?;
     server.link().set(connections.clone());
@@ -161,8 +168,8 @@ async fn session(
             },
             _ = ping.tick() => {
                 let ping = redis::cmd("PING");
-                for (_, connection) in &mut connections {
-                    let reply = ping.query_async::<Value>(connection);
+                for node in &mut connections {
+                    let reply = ping.query_async::<Value>(&mut node.connection);
                     match tokio::time::timeout(settings.deadline, reply).await {
                         Ok(Ok(_)) => {}
                         Ok(Err(e)) => return Err(format!("PING: {e}")),
@@ -170,6 +177,18 @@ async fn session(
                     }
                 }
                 server.answered();
+            }
+            () = server.link().met() => {
+                // A node this session has no connection to answered a
+                // tracking table's command: what was read from it is not
+                // tracked.
+                let untracked = server.link().strangers().into_iter().find(|name| {
+                    !connections.iter().any(|node| node.name == *name)
+                });
+                if let Some(name) = untracked {
+                    return Err(format!("{name}, which this link does not track, \
+                                        answered for a slot (a migration's target)"));
+                }
             }
             _ = watch.tick(), if server.is_cluster() => {
                 let now = server.topology().await?;
@@ -190,12 +209,33 @@ async fn session(
                 // A reshard among the masters this link tracks: pushes keep
                 // coming; only the routes of the tracking tables' commands
                 // follow the slots.
-                connections = remap(connections, &topology, &now);
+                connections = remap(connections, &now);
                 server.link().set(connections.clone());
                 topology = now;
             }
         }
     }
+}
+
+/// A connection to `master`, tracking the tables' prefixes.
+async fn connect(
+    master: &Master,
+    config: &AsyncConnectionConfig,
+    routes: &[Route],
+) -> Result<NodeConnection, String> {
+    let client = resp3(&master.info).map_err(|e| format!("{}: {e}", master.name))?;
+    let mut connection = client
+        .get_multiplexed_async_connection_with_config(config)
+        .await
+        .map_err(|e| format!("connect to {}: {e}", master.name))?;
+    track(&mut connection, routes)
+        .await
+        .map_err(|e| format!("CLIENT TRACKING on {}: {e}", master.name))?;
+    Ok(NodeConnection {
+        name: master.name.clone(),
+        slots: master.slots.clone(),
+        connection,
+    })
 }
 
 /// Whether a broadcast table's channel is served by another master in `to`
@@ -211,20 +251,19 @@ fn moved_channel(routes: &[Route], from: &Topology, to: &Topology) -> bool {
         })
 }
 
-/// `connections`, made to `from`'s masters, with the slots each serves in
-/// `to` (the same masters).
-fn remap(connections: Vec<NodeConnection>, from: &Topology, to: &Topology) -> Vec<NodeConnection> {
-    from.masters
-        .iter()
-        .zip(connections)
-        .map(|(master, (_, connection))| {
+/// `connections`, each with the slots its node serves in `to` (the same
+/// masters).
+fn remap(connections: Vec<NodeConnection>, to: &Topology) -> Vec<NodeConnection> {
+    connections
+        .into_iter()
+        .map(|node| {
             let slots = to
                 .masters
                 .iter()
-                .find(|now| now.name == master.name)
+                .find(|now| now.name == node.name)
                 .map(|now| now.slots.clone())
                 .unwrap_or_default();
-            (slots, connection)
+            NodeConnection { slots, ..node }
         })
         .collect()
 }
@@ -256,9 +295,9 @@ async fn subscribe(
         }
         return Ok(Some(subscriber));
     }
-    let (_, connection) = connections.first_mut().ok_or("no node serves slots")?;
+    let node = connections.first_mut().ok_or("no node serves slots")?;
     for channel in channels {
-        (connection.subscribe(channel).await).map_err(|e| format!("subscribe: {e}"))?;
+        (node.connection.subscribe(channel).await).map_err(|e| format!("subscribe: {e}"))?;
     }
     Ok(None)
 }

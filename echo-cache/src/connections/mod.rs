@@ -310,6 +310,23 @@ impl Server {
         }
     }
 
+    /// The nodes a tracking table's command was sent to that `topology`
+    /// does not name (see [`LinkSlot`]), each reached with the seed's
+    /// settings; those it names are strangers no more.
+    pub(crate) fn strangers(&self, topology: &Topology) -> Vec<Master> {
+        let mut strangers = Vec::new();
+        for name in self.link.strangers() {
+            let master = (!topology.masters.iter().any(|m| m.name == name))
+                .then(|| Master::named(&name, &self.seed))
+                .flatten();
+            match master {
+                Some(master) => strangers.push(master),
+                None => self.link.forget(&name),
+            }
+        }
+        strangers
+    }
+
     /// The master that serves `slot` now (the server, if not a cluster).
     pub(crate) async fn owner(&self, slot: u16) -> Result<Master, String> {
         self.topology()
@@ -367,14 +384,15 @@ impl Server {
             };
             let commands = self.connection().await?;
             match linked {
-                Some(linked) => {
-                    let fallback = Box::new(commands);
-                    let redirected = false;
-                    op(Connection::Linked {
-                        linked,
-                        fallback,
-                        redirected,
-                    })
+                Some(node) => {
+                    op(Connection::Linked(Box::new(Linked {
+                        node,
+                        asking: false,
+                        redirected: false,
+                        link: Arc::clone(&self.link),
+                        followed_by_cluster: false,
+                        commands,
+                    })))
                     .await
                 }
                 None => op(commands).await,
@@ -543,15 +561,105 @@ pub(crate) enum Lane {
 pub(crate) enum Connection {
     Managed(ConnectionManager),
     Cluster(ClusterConnection),
-    /// The link's connection to a node. Once it refuses a command because
-    /// its slot moved since the link was made, that command and the rest of
-    /// the operation (a script's `SCRIPT LOAD` and retry, say) run on
-    /// `fallback`, the command path, which follows the cluster.
-    Linked {
-        linked: MultiplexedConnection,
-        fallback: Box<Connection>,
-        redirected: bool,
-    },
+    /// The link's connection to a node (see [`Linked`]).
+    Linked(Box<Linked>),
+}
+
+/// A tracking table's operation on the link's connection to the node that
+/// serves its slot, following the node's redirects itself: a plain
+/// connection answers them as a value (`Value::ServerError`), which
+/// becomes an error only once `Cmd::query_async` reads it, past any
+/// fallback that waits for one.
+///
+/// `ASK` (the slot is migrating, and the key is on the target, or new) is
+/// a one-command redirect: `ASKING` and the command, in one write, on the
+/// link's connection to the target. `MOVED` (the slot moved since the link
+/// last read the topology): the command on the link's connection to the
+/// new owner. Either way the node's tracking there (BCAST, on every master
+/// of the link) covers what is read, and `NOLOOP` keeps what is written
+/// from coming back. The rest of the operation (a script's `SCRIPT LOAD`
+/// and retry) follows the first redirect. A second redirect, and the
+/// operation goes on the command path, which follows the cluster; so does
+/// one to a node the link has no connection to (a migration's target that
+/// serves no slot yet), which the link is told of: nothing read from that
+/// node is tracked, so the link starts afresh (flush, bypass) with a
+/// connection to it too.
+pub(crate) struct Linked {
+    /// The node the operation's commands go to now.
+    node: MultiplexedConnection,
+    /// Whether `node` imports the slot: each command goes after `ASKING`.
+    asking: bool,
+    /// Whether a redirect was followed already.
+    redirected: bool,
+    link: Arc<LinkSlot>,
+    /// Whether the operation runs on the command path now.
+    followed_by_cluster: bool,
+    /// The command path.
+    commands: Connection,
+}
+
+impl Linked {
+    async fn send(&mut self, cmd: &Cmd) -> redis::RedisResult<Value> {
+        if !self.followed_by_cluster {
+            let reply = self.on_node(cmd).await;
+            let Some(redirect) = Redirect::of(&reply) else {
+                return reply;
+            };
+            if !self.redirected {
+                self.redirected = true;
+                match self.link.node(&redirect.node) {
+                    Some(to) => {
+                        (self.node, self.asking) = (to, redirect.ask);
+                        let reply = self.on_node(cmd).await;
+                        if Redirect::of(&reply).is_none() {
+                            return reply;
+                        }
+                    }
+                    None => self.link.meet(&redirect.node),
+                }
+            }
+            self.followed_by_cluster = true;
+        }
+        self.commands.req_packed_command(cmd).await
+    }
+
+    /// `cmd` on `node`, after `ASKING` if it imports the slot.
+    async fn on_node(&mut self, cmd: &Cmd) -> redis::RedisResult<Value> {
+        if !self.asking {
+            return self.node.req_packed_command(cmd).await;
+        }
+        let mut asked = redis::pipe();
+        asked.cmd("ASKING").add_command(cmd.clone());
+        let mut replies = self.node.req_packed_commands(&asked, 1, 1).await?;
+        replies
+            .pop()
+            .ok_or_else(|| RedisError::from((redis::ErrorKind::Client, "no reply after ASKING")))
+    }
+}
+
+/// Where a node sent a command: another node, for this command (`ASK`) or
+/// for the slot (`MOVED`).
+struct Redirect {
+    ask: bool,
+    /// `host:port`, as `CLUSTER SLOTS` names it.
+    node: String,
+}
+
+impl Redirect {
+    fn of(reply: &redis::RedisResult<Value>) -> Option<Redirect> {
+        let of = |error: &RedisError| {
+            let (node, _slot) = error.redirect_node()?;
+            Some(Redirect {
+                ask: error.code() == Some("ASK"),
+                node: node.to_owned(),
+            })
+        };
+        match reply {
+            Ok(Value::ServerError(error)) => of(&RedisError::from(error.clone())),
+            Err(error) => of(error),
+            Ok(_) => None,
+        }
+    }
 }
 
 impl ConnectionLike for Connection {
@@ -559,19 +667,7 @@ impl ConnectionLike for Connection {
         match self {
             Connection::Managed(connection) => connection.req_packed_command(cmd),
             Connection::Cluster(connection) => connection.req_packed_command(cmd),
-            Connection::Linked {
-                linked,
-                fallback,
-                redirected,
-            } => Box::pin(async move {
-                if !*redirected {
-                    match linked.req_packed_command(cmd).await {
-                        Err(error) if moved(&error) => *redirected = true,
-                        done => return done,
-                    }
-                }
-                fallback.req_packed_command(cmd).await
-            }),
+            Connection::Linked(linked) => Box::pin(linked.send(cmd)),
         }
     }
 
@@ -588,9 +684,8 @@ impl ConnectionLike for Connection {
             Connection::Cluster(connection) => {
                 connection.req_packed_commands(pipeline, offset, count)
             }
-            Connection::Linked { linked, .. } => {
-                linked.req_packed_commands(pipeline, offset, count)
-            }
+            // No tracking table's operation is a pipeline.
+            Connection::Linked(linked) => linked.node.req_packed_commands(pipeline, offset, count),
         }
     }
 
@@ -598,7 +693,7 @@ impl ConnectionLike for Connection {
         match self {
             Connection::Managed(connection) => connection.get_db(),
             Connection::Cluster(connection) => connection.get_db(),
-            Connection::Linked { linked, .. } => linked.get_db(),
+            Connection::Linked(linked) => linked.node.get_db(),
         }
     }
 }
@@ -667,33 +762,86 @@ fn is_outage(error: &RedisError) -> bool {
 }
 
 /// The coherence link's connections while a session is up, one per node
-/// with the slots it serves, for the `tracking` tables' commands. Empty
-/// between sessions.
+/// with the slots it serves, for the `tracking` tables' commands (empty
+/// between sessions); and the nodes that answered for a slot without the
+/// link having a connection to them.
 #[derive(Default)]
-pub(crate) struct LinkSlot(Mutex<Vec<NodeConnection>>);
+pub(crate) struct LinkSlot {
+    nodes: Mutex<Vec<NodeConnection>>,
+    /// By name: a migration's target that serves no slot yet (`CLUSTER
+    /// SLOTS` does not list it), or a new owner the link has not read.
+    strangers: Mutex<Vec<String>>,
+    met: tokio::sync::Notify,
+}
 
-/// A connection to a node, with the slot ranges the node serves.
-pub(crate) type NodeConnection = (Vec<(u16, u16)>, MultiplexedConnection);
+/// The link's connection to a node, with the slot ranges the node serves.
+#[derive(Clone)]
+pub(crate) struct NodeConnection {
+    /// The node's `host:port`, as `CLUSTER SLOTS` names it (and redirects).
+    pub(crate) name: String,
+    pub(crate) slots: Vec<(u16, u16)>,
+    pub(crate) connection: MultiplexedConnection,
+}
 
 impl LinkSlot {
     /// The connection to the node that serves `slot`.
     pub(crate) fn get(&self, slot: u16) -> Option<MultiplexedConnection> {
-        let connections = self.lock();
-        connections
+        let nodes = lock(&self.nodes);
+        nodes
             .iter()
-            .find(|(slots, _)| slots.iter().any(|&(from, to)| (from..=to).contains(&slot)))
-            .map(|(_, connection)| connection.clone())
+            .find(|node| {
+                node.slots
+                    .iter()
+                    .any(|&(from, to)| (from..=to).contains(&slot))
+            })
+            .map(|node| node.connection.clone())
     }
 
-    pub(crate) fn set(&self, connections: Vec<NodeConnection>) {
-        *self.lock() = connections;
+    /// The connection to the node named `name` (`host:port`).
+    fn node(&self, name: &str) -> Option<MultiplexedConnection> {
+        let nodes = lock(&self.nodes);
+        nodes
+            .iter()
+            .find(|node| node.name == name)
+            .map(|node| node.connection.clone())
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<NodeConnection>> {
-        self.0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    pub(crate) fn set(&self, nodes: Vec<NodeConnection>) {
+        *lock(&self.nodes) = nodes;
     }
+
+    /// A node the link has no connection to answered for a slot: what is
+    /// read from it is not tracked, so the link must start afresh with it.
+    fn meet(&self, name: &str) {
+        let mut strangers = lock(&self.strangers);
+        if !strangers.iter().any(|known| known == name) {
+            strangers.push(name.to_owned());
+        }
+        drop(strangers);
+        self.met.notify_one();
+    }
+
+    /// Resolves when a stranger was met (or had been, since the last call).
+    pub(crate) async fn met(&self) {
+        self.met.notified().await;
+    }
+
+    /// The strangers met, by name.
+    pub(crate) fn strangers(&self) -> Vec<String> {
+        lock(&self.strangers).clone()
+    }
+
+    /// `name` is a stranger no more: it is a master the link reads, or it
+    /// did not answer (met again, it is tried again).
+    pub(crate) fn forget(&self, name: &str) {
+        lock(&self.strangers).retain(|known| known != name);
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 #[cfg(test)]

@@ -19,6 +19,19 @@ pub(crate) struct Master {
     pub(crate) slots: Vec<(u16, u16)>,
 }
 
+impl Master {
+    /// The node `name` (`host:port`), reached with `seed`'s settings, as
+    /// serving no slot.
+    pub(crate) fn named(name: &str, seed: &ConnectionInfo) -> Option<Master> {
+        let (host, port) = name.rsplit_once(':')?;
+        Some(Master {
+            info: at(seed, host, port.parse().ok()?),
+            name: name.to_owned(),
+            slots: Vec::new(),
+        })
+    }
+}
+
 /// The masters of a cluster, or the one server.
 #[derive(Clone, Debug)]
 pub(crate) struct Topology {
