@@ -133,3 +133,38 @@ async fn the_load_generator_scores_and_revokes() {
     assert!(summary.scored > 0 && summary.revoked > 0, "{summary:?}");
     assert_eq!(summary.fallbacks, 0);
 }
+
+/// The README's first command, `cargo run --example codemojex` from the
+/// workspace root, resolves the features of every package it selects,
+/// dev-dependencies included: the suite's `tls` must not be among them, or
+/// a newcomer's first build compiles rustls and ring for nothing.
+#[test]
+fn the_first_build_from_the_root_compiles_no_tls_stack() {
+    let tree = |extra: &[&str]| {
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let out = std::process::Command::new(cargo)
+            .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+            .args([
+                "tree",
+                "--offline",
+                "--edges",
+                "normal,dev",
+                "--invert",
+                "rustls",
+            ])
+            .args(extra)
+            .output()
+            .expect("cargo runs");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    // The query finds rustls where it is: the suite's TLS tests.
+    assert!(tree(&["--workspace"]).0, "the suite builds rustls");
+    let (found, stderr) = tree(&[]);
+    assert!(
+        !found && stderr.contains("did not match any packages"),
+        "the default members pull rustls: {stderr}"
+    );
+}
