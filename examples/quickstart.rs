@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use echo_cache::{Cache, Id, near_cache};
+use echo_cache::{Cache, Id, Source, near_cache};
 
 /// A game and its secret: immutable for the game's life, so TTL-only.
 #[near_cache(kind = "GAM", ttl_ms = 600_000, coherence = "none", max_size = 50_000)]
@@ -22,8 +22,9 @@ async fn load_game(id: Id<Game>) -> Result<Option<Game>, std::io::Error> {
     }))
 }
 
+// `pub(crate)`: the suite runs this very `main` (tests/quickstart.rs).
 #[tokio::main]
-async fn main() -> Result<(), echo_cache::Error> {
+pub(crate) async fn main() -> Result<(), echo_cache::Error> {
     let cache = Cache::builder().loader(load_game).build()?;
 
     let id = Id::<Game>::mint();
@@ -39,14 +40,16 @@ async fn main() -> Result<(), echo_cache::Error> {
     }
     let game = cache.fetch(id).await?;
     println!(
-        "{id}: {:?} from {:?}, version {}",
+        "{id}: {:?}, an L1 hit: {}, version {}",
         game.secret,
-        game.source(),
+        game.source() == Source::Hit,
         game.version()
     );
 
-    for table in cache.tables() {
-        println!("{}: {:?}", table.spec.name(), table.stats);
-    }
+    let stats = cache.stats::<Game>();
+    println!(
+        "the herd and the last read: {} flight, {} loader call, {} joined the flight, {} L1 hits",
+        stats.flights, stats.fills, stats.coalesced, stats.hits
+    );
     Ok(())
 }

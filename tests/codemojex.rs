@@ -2,11 +2,20 @@
 //! over a real server, and its story checked: one store read per herd, a
 //! cohort that never expires together, a revoked session refused on the
 //! other node — and a check that fails when the cache is not told.
+//!
+//! Then the program itself, as a newcomer runs it: this binary runs itself
+//! again as the program (the ignored test `codemojex_program`, selected by
+//! an environment variable that carries the arguments), and reads what it
+//! prints and how it exits: its command line, an L2 that does not answer,
+//! one that denies the invalidation channel, `--serve`.
 
+use std::io::Read;
+use std::net::{Ipv4Addr, TcpListener};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use codemojex::{Workshop, moves::REFUSAL_BOUND, run};
+use codemojex::{READY_BOUND, Workshop, moves::REFUSAL_BOUND, run};
 use echo_cache::Health;
 use echo_cache_testkit::RedisServer;
 
@@ -116,20 +125,301 @@ async fn the_revocation_check_fails_when_the_cache_is_not_told() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_load_generator_scores_and_revokes() {
+/// The README's first command, `cargo run --example codemojex` from the
+/// workspace root, resolves the features of every package it selects,
+/// dev-dependencies included: the suite's `tls` must not be among them, or
+/// a newcomer's first build compiles rustls and ring for nothing.
+#[test]
+fn the_first_build_from_the_root_compiles_no_tls_stack() {
+    let tree = |extra: &[&str]| {
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let out = std::process::Command::new(cargo)
+            .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+            .args([
+                "tree",
+                "--offline",
+                "--edges",
+                "normal,dev",
+                "--invert",
+                "rustls",
+            ])
+            .args(extra)
+            .output()
+            .expect("cargo runs");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    // The query finds rustls where it is: the suite's TLS tests.
+    assert!(tree(&["--workspace"]).0, "the suite builds rustls");
+    let (found, stderr) = tree(&[]);
+    assert!(
+        !found && stderr.contains("did not match any packages"),
+        "the default members pull rustls: {stderr}"
+    );
+}
+
+/// Set in the child's environment: the program's arguments, one a line.
+const PROGRAM_ARGS: &str = "CODEMOJEX_PROGRAM_ARGS";
+
+/// Not a test: the program, which the tests run as a child process of this
+/// binary (see [`program`]).
+#[test]
+#[ignore = "the program itself, run by the tests as a child process"]
+fn codemojex_program() {
+    if let Ok(args) = std::env::var(PROGRAM_ARGS) {
+        let args = std::iter::once("codemojex").chain(args.lines());
+        std::process::exit(codemojex::cli::main(args).into());
+    }
+}
+
+/// How the program ended.
+struct Ran {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+    took: Duration,
+}
+
+/// Runs the program on `args`, killed if it takes longer than `bound`.
+fn program(args: &[&str], bound: Duration) -> Ran {
+    let mut child = Command::new(std::env::current_exe().expect("the test binary"))
+        .args(["codemojex_program", "--exact", "--ignored", "--nocapture"])
+        .env(PROGRAM_ARGS, args.join("\n"))
+        .env_remove("ECHO_CACHE_L2")
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the program starts");
+    let drain = |mut pipe: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut text = String::new();
+            let _ = pipe.read_to_string(&mut text);
+            text
+        })
+    };
+    let stdout = drain(Box::new(child.stdout.take().unwrap()));
+    let stderr = drain(Box::new(child.stderr.take().unwrap()));
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break Some(status);
+        }
+        if started.elapsed() > bound {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let ran = Ran {
+        code: status.and_then(|status| status.code()),
+        stdout: stdout.join().unwrap(),
+        stderr: stderr.join().unwrap(),
+        took: started.elapsed(),
+    };
+    assert!(
+        status.is_some(),
+        "codemojex {args:?} still ran after {bound:?}; stdout:\n{}\nstderr (last 2,000 bytes):\n{}",
+        ran.stdout,
+        &ran.stderr[ran.stderr.len().saturating_sub(2_000)..]
+    );
+    ran
+}
+
+#[test]
+fn the_command_line_explains_itself() {
+    let bound = Duration::from_secs(10);
+    let help = program(&["--help"], bound);
+    assert_eq!(help.code, Some(0), "{}", help.stderr);
+    for flag in [
+        "Usage: codemojex",
+        "--l2 <URL>",
+        "--own-server",
+        "--serve",
+        "--metrics <ADDR>",
+    ] {
+        assert!(
+            help.stdout.contains(flag),
+            "--help lists {flag}:\n{}",
+            help.stdout
+        );
+    }
+    for (args, says) in [
+        (&["--bogus"][..], "unexpected argument '--bogus'"),
+        (
+            &["--serve", "--seconds", "-1"],
+            "invalid value '-1' for '--seconds <S>': -1 is not in 1..=3600",
+        ),
+        (
+            &["--metrics", "nonsense"],
+            "expected IP:PORT to listen on, e.g. 127.0.0.1:9464",
+        ),
+        (
+            &["--own-server", "--l2", "redis://127.0.0.1:6379"],
+            "cannot be used with",
+        ),
+    ] {
+        let ran = program(args, bound);
+        assert_eq!(ran.code, Some(2), "{args:?}: {}", ran.stderr);
+        assert!(
+            ran.stderr.contains(says),
+            "{args:?} says {says:?}:\n{}",
+            ran.stderr
+        );
+        assert!(ran.stderr.contains("try '--help'"), "{}", ran.stderr);
+    }
+}
+
+#[test]
+fn an_l2_that_does_not_answer_fails_within_the_bound_and_says_why() {
+    let dir = tempfile::tempdir().unwrap();
+    // A loopback port nobody listens on.
+    let port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("redis://127.0.0.1:{port}");
+    let db = dir.path().join("codemojex.sqlite3");
+    let ran = program(
+        &["--l2", &url, "--db", db.to_str().unwrap()],
+        READY_BOUND * 4,
+    );
+    assert_eq!(ran.code, Some(1), "{}", ran.stderr);
+    assert!(
+        ran.took < READY_BOUND + Duration::from_secs(3),
+        "{:?}",
+        ran.took
+    );
+    assert!(!ran.stdout.contains("Move 1"), "{}", ran.stdout);
+    assert!(
+        ran.stderr
+            .contains(&format!("the L2 server at {url} does not answer"))
+            && ran.stderr.contains("Connection refused")
+            && ran.stderr.contains("--own-server"),
+        "{}",
+        ran.stderr
+    );
+    // The link's warning, repeated twice a second, is printed once.
+    assert!(ran.stderr.lines().count() < 10, "{}", ran.stderr);
+}
+
+#[test]
+fn a_server_that_denies_the_invalidation_channel_degrades_and_says_how() {
     let dir = tempfile::tempdir().unwrap();
     let server = RedisServer::start();
-    let store = codemojex::open_store(&dir.path().join("serve.sqlite3")).unwrap();
-    let (a, b) = codemojex::nodes(&store, Some(&server.url())).await.unwrap();
-    let load = codemojex::serve::Load {
-        tasks: 4,
-        duration: Duration::from_millis(500),
-        revocations_per_second: 50,
-    };
-    let summary = codemojex::serve::serve(&[a, b], &store, load)
-        .await
-        .unwrap();
-    assert!(summary.scored > 0 && summary.revoked > 0, "{summary:?}");
-    assert_eq!(summary.fallbacks, 0);
+    let () = server.query(
+        redis::cmd("ACL")
+            .arg("SETUSER")
+            .arg("app")
+            .arg("on")
+            .arg(">secret")
+            .arg("~*")
+            .arg("&*")
+            .arg("+@all")
+            .arg("-subscribe")
+            .arg("-psubscribe")
+            .arg("-ssubscribe")
+            .arg("-publish")
+            .arg("-spublish")
+            .arg("-client|tracking"),
+    );
+    let url = format!("redis://app:secret@127.0.0.1:{}", server.port());
+    let db = dir.path().join("codemojex.sqlite3");
+    let ran = program(
+        &["--l2", &url, "--db", db.to_str().unwrap()],
+        Duration::from_secs(60),
+    );
+    assert_eq!(ran.code, Some(0), "{}\n{}", ran.stdout, ran.stderr);
+    let out = &ran.stdout;
+    let degraded = out.find("DEGRADED").expect("it says the channel is down");
+    assert!(degraded < out.find("Move 1").unwrap(), "{out}");
+    assert!(out.contains("NoPerm"), "it says why: {out}");
+    assert!(
+        out.contains("- cm_sessions (coherence tracking)") && out.contains("bypass their L1"),
+        "{out}"
+    );
+    assert!(
+        !out.contains("- cm_games"),
+        "games have no channel to lose: {out}"
+    );
+    assert!(
+        out.contains("node b refuses mallory after")
+            && out.contains("bypasses its L1 for sessions"),
+        "{out}"
+    );
+    assert!(
+        out.trim_end().ends_with("the revocation check passed."),
+        "{out}"
+    );
+}
+
+#[test]
+fn l1_only_the_program_claims_no_check_it_did_not_make_and_dumps_no_debug() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("codemojex.sqlite3");
+    let ran = program(&["--db", db.to_str().unwrap()], Duration::from_secs(60));
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    let last = ran.stdout.lines().last().unwrap_or_default();
+    assert!(
+        last.contains("the cross-node revocation check was not run")
+            && last.contains("node b kept the revoked session until told directly"),
+        "{last}"
+    );
+    assert!(!ran.stdout.contains("passed"), "{}", ran.stdout);
+    for debug in [
+        "TableSpec {",
+        "Scored(Score",
+        "Stats {",
+        "Some(",
+        "Bypassing",
+    ] {
+        assert!(
+            !ran.stdout.contains(debug),
+            "a Debug dump, {debug:?}:\n{}",
+            ran.stdout
+        );
+    }
+}
+
+#[test]
+fn serving_both_nodes_makes_every_revocation_and_shows_every_node() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = RedisServer::start();
+    let db = dir.path().join("serve.sqlite3");
+    let ran = program(
+        &[
+            "--l2",
+            &server.url(),
+            "--db",
+            db.to_str().unwrap(),
+            "--serve",
+            "--tasks",
+            "8",
+            "--seconds",
+            "2",
+            "--revocations",
+            "50",
+        ],
+        Duration::from_secs(30),
+    );
+    assert_eq!(ran.code, Some(0), "{}\n{}", ran.stdout, ran.stderr);
+    let out = &ran.stdout;
+    assert!(out.contains("revoked 100 of 100 sessions."), "{out}");
+    for node in ["a", "b"] {
+        for table in ["cm_sessions", "cm_games", "cm_emojisets"] {
+            assert!(
+                out.lines()
+                    .any(|line| line.starts_with(&format!("{node:<4} {table} "))),
+                "node {node}'s {table} on the board: {out}"
+            );
+        }
+    }
+    assert!(
+        out.contains("fell back to the store (the cache erred): 0."),
+        "{out}"
+    );
 }

@@ -13,7 +13,8 @@
 //! - `fetch/`: use sites: ids of another kind, types with no cache.
 //!
 //! After a change to the macro or the runtime's diagnostics, regenerate the
-//! expected output with `TRYBUILD=overwrite cargo test --test ui` and read
+//! expected output with
+//! `TRYBUILD=overwrite cargo test -p echo-cache-suite --test ui` and read
 //! every changed `.stderr`: it is what a user will see.
 
 #[test]

@@ -16,6 +16,8 @@
 //! (`tests/codemojex.rs`) runs them with and without a server and checks
 //! the story.
 
+pub mod cli;
+pub mod log;
 pub mod metrics;
 pub mod model;
 pub mod moves;
@@ -25,7 +27,10 @@ pub mod server;
 pub mod store;
 
 use std::path::PathBuf;
+use std::time::Duration;
 
+use echo_cache::Health;
+use model::Game;
 use moves::{Failure, Revocation, Served, Survived};
 use node::{Node, Options};
 use store::Store;
@@ -79,8 +84,18 @@ pub fn open_store(db: &std::path::Path) -> Result<Store, Failure> {
     Ok(Store::open(db, 1_000, 100)?)
 }
 
+/// How long [`nodes`] waits for the caches to be ready: a server on this
+/// machine makes them ready in milliseconds.
+pub const READY_BOUND: Duration = Duration::from_secs(5);
+
 /// Two nodes over `store`: each its own L1, both over `l2` if given;
-/// ready once their coherence channels are up.
+/// ready once their coherence channels are up, within [`READY_BOUND`].
+///
+/// # Errors
+///
+/// When the L2 server does not answer within the bound. When it answers
+/// but a coherent table's invalidation channel is still down, the nodes
+/// serve, degraded, and it says how.
 pub async fn nodes(store: &Store, l2: Option<&str>) -> Result<(Node, Node), Failure> {
     let options = Options {
         l2: l2.map(str::to_owned),
@@ -90,8 +105,55 @@ pub async fn nodes(store: &Store, l2: Option<&str>) -> Result<(Node, Node), Fail
         Node::open("a", store, options.clone())?,
         Node::open("b", store, options)?,
     );
-    a.cache.ready().await;
-    b.cache.ready().await;
+    let ready = async {
+        a.cache.ready().await;
+        b.cache.ready().await;
+    };
+    if tokio::time::timeout(READY_BOUND, ready).await.is_ok() {
+        return Ok((a, b));
+    }
+    let url = l2.unwrap_or("(none)");
+    let cause = log::last_warning().map_or(String::new(), |warning| format!(": {warning}"));
+    // The breaker is open when the server did not answer the claim of the
+    // node number; else a read of a game tells whether it answers at all.
+    let l2_down = |node: &Node| {
+        let tables = node.cache.tables();
+        tables.iter().any(|table| table.health == Health::L2Down)
+    };
+    let mut down = l2_down(&a);
+    if !down {
+        let errors = a.cache.stats::<Game>().l2_errors;
+        a.cache.fetch(store.games()?[0]).await?;
+        down = a.cache.stats::<Game>().l2_errors > errors || l2_down(&a);
+    }
+    if down {
+        return Err(format!(
+            "the L2 server at {url} does not answer (nothing ready after {READY_BOUND:?}{cause}). \
+             Start one there, pass --own-server to let the program start its own, or leave out \
+             --l2 and ECHO_CACHE_L2 for L1 only."
+        )
+        .into());
+    }
+    println!(
+        "\nDEGRADED: the L2 server at {url} answers, but after {READY_BOUND:?} the invalidation \
+         channel is still down{cause}"
+    );
+    for table in a.cache.tables() {
+        if table.health == Health::Bypassing {
+            println!(
+                "- {} (coherence {}): nothing can tell a node's L1 that a row changed, so both \
+                 nodes bypass their L1 for it: every read goes to L2, or the store when L2 lacks \
+                 the row. What holds: a row changed on one node is read fresh on every node. \
+                 What degrades: no read of it is an L1 hit.",
+                table.spec.name(),
+                table.spec.coherence().as_str()
+            );
+        }
+    }
+    println!(
+        "(The channel needs CLIENT TRACKING, SUBSCRIBE and PUBLISH: a user whose ACL denies \
+         them, or a proxy that lacks them, leaves these tables without their L1.)"
+    );
     Ok((a, b))
 }
 

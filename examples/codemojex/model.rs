@@ -100,6 +100,19 @@ pub enum Verdict {
     Refused,
 }
 
+impl std::fmt::Display for Verdict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Verdict::Scored(score) => write!(
+                f,
+                "scored: {} exact, {} misplaced",
+                score.exact, score.misplaced
+            ),
+            Verdict::Refused => f.write_str("refused"),
+        }
+    }
+}
+
 // A wrong-kind id does not compile: the id's type carries its kind.
 //
 //     let session: Id<Session> = …;
