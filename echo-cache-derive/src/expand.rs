@@ -74,10 +74,12 @@ pub(crate) fn expand(decl: &Decl, input: &DeriveInput) -> TokenStream {
             impl __echo_private::Cached for #ident {
                 const KIND: __echo_private::Kind = __echo_private::Kind::new(#kind);
 
-                fn __declaration() -> &'static __echo_private::Declaration {
-                    &__ECHO_DECLARATION
+                fn __spec() -> &'static __echo_private::TableSpec {
+                    __ECHO_DECLARATION.spec()
                 }
+            }
 
+            impl __echo_private::Declared for #ident {
                 #loader
             }
 
@@ -118,7 +120,7 @@ pub(crate) fn fetch(input: &DeriveInput) -> TokenStream {
     }
 }
 
-/// The `__loader` of the `Cached` impl: the declared loader, erased. A
+/// The `__loader` of the `Declared` impl: the declared loader, erased. A
 /// loader of the wrong type is reported on its path.
 fn loader(path: &syn::ExprPath) -> TokenStream {
     // Resolved where the attribute is, reported where the path is.

@@ -52,7 +52,7 @@ fn stand_in(krate: &syn::Path, input: &DeriveInput) -> TokenStream {
             impl __echo_private::Cached for #ident {
                 const KIND: __echo_private::Kind = __echo_private::Kind::new("ERR");
 
-                fn __declaration() -> &'static __echo_private::Declaration {
+                fn __spec() -> &'static __echo_private::TableSpec {
                     ::core::unreachable!()
                 }
             }

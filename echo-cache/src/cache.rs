@@ -453,7 +453,8 @@ impl Cache {
     /// directory, found by address (the hot path of every fetch).
     #[inline]
     fn slot<T: Cached>(&self) -> &Slot {
-        let declaration = std::ptr::from_ref(T::__declaration()) as usize;
+        // The spec is the first field of its `repr(C)` declaration.
+        let declaration = std::ptr::from_ref(T::__spec()) as usize;
         &self.tables[(declaration - self.directory) / size_of::<Declaration>()]
     }
 
@@ -1094,7 +1095,7 @@ impl Builder {
         };
         let (opened, missing): (Vec<_>, Vec<_>) = DECLARATIONS
             .iter()
-            .map(|decl| (decl.open)(decl, &shared))
+            .map(|decl| (decl.open)(&decl.spec, &shared))
             .partition(Result::is_ok);
         if !missing.is_empty() {
             let mut tables: Vec<&'static TableSpec> =

@@ -10,8 +10,8 @@ use std::sync::OnceLock;
 use linkme::distributed_slice;
 
 use crate::error::Error;
-use crate::spec::{Cached, Coherence, Eviction, Placement, TableSpec};
-use crate::table::{Opened, Shared};
+use crate::spec::{Coherence, Eviction, Placement, TableSpec};
+use crate::table::{Declared, Opened, Shared};
 
 /// Every declaration linked into the program, in link order.
 #[doc(hidden)]
@@ -19,20 +19,32 @@ use crate::table::{Opened, Shared};
 pub static DECLARATIONS: [Declaration];
 
 /// One declared table: its spec and how to open it.
+///
+/// `repr(C)` with the spec first: the spec's address is the declaration's,
+/// which is how [`Cached::__spec`](crate::Cached) finds a type's place in
+/// the directory without naming the directory.
 #[doc(hidden)]
+#[repr(C)]
 pub struct Declaration {
     pub(crate) spec: TableSpec,
-    pub(crate) open: fn(&'static Declaration, &Shared) -> Opened,
+    pub(crate) open: fn(&'static TableSpec, &Shared) -> Opened,
 }
 
 impl Declaration {
     #[doc(hidden)]
     #[must_use]
-    pub const fn new<T: Cached>(spec: TableSpec) -> Declaration {
+    pub const fn new<T: Declared>(spec: TableSpec) -> Declaration {
         Declaration {
             spec,
             open: crate::table::open::<T>,
         }
+    }
+
+    /// The declared spec (what the attribute's `Cached::__spec` answers).
+    #[doc(hidden)]
+    #[must_use]
+    pub const fn spec(&'static self) -> &'static TableSpec {
+        &self.spec
     }
 }
 

@@ -804,7 +804,7 @@ pub use echo_cache_derive::near_cache;
 #[doc(hidden)]
 pub mod __private {
     pub use crate::directory::{DECLARATIONS, Declaration, SpecParts};
-    pub use crate::table::{Loader, loader};
+    pub use crate::table::{Declared, Loader, loader};
     pub use crate::{
         Cache, Cached, Coherence, Error, Eviction, Fetch, Id, IdOf, Kind, Placement, TableSpec,
     };

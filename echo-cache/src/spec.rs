@@ -6,9 +6,7 @@ use std::fmt;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::directory::Declaration;
 use crate::id::Kind;
-use crate::table::Loader;
 
 /// How a table's rows are kept coherent across nodes.
 ///
@@ -340,19 +338,14 @@ pub trait Cached: Serialize + DeserializeOwned + Send + Sync + 'static {
     /// The kind of this type's ids.
     const KIND: Kind;
 
+    /// The spec in the type's declaration (whose address is the
+    /// declaration's: see `Declaration`).
     #[doc(hidden)]
-    fn __declaration() -> &'static Declaration;
-
-    /// The loader the declaration names (`loader = ...`), if it names one.
-    #[doc(hidden)]
-    #[must_use]
-    fn __loader() -> Option<Loader<Self>> {
-        None
-    }
+    fn __spec() -> &'static TableSpec;
 
     /// The declared specification of this type's table.
     #[must_use]
     fn spec() -> &'static TableSpec {
-        &Self::__declaration().spec
+        Self::__spec()
     }
 }

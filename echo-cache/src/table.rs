@@ -45,7 +45,6 @@ use crate::backlog::Backlog;
 use crate::clock::{Clock, millis};
 use crate::coherence::{Announcer, Applied, Target};
 use crate::connections::Server;
-use crate::directory::Declaration;
 use crate::epoch;
 use crate::error::{BoxError, Error};
 use crate::fetched::{Fetched, Source};
@@ -63,6 +62,17 @@ use crate::stats::{Counters, Stats, Striped};
 mod batch;
 
 pub(crate) use batch::{BatchLoader, batch_loader, batch_loader_with_ttl};
+
+/// A declared type: a [`Cached`] type and what its declaration says of how
+/// it loads. Implemented by `#[near_cache(...)]` beside `Cached`.
+#[doc(hidden)]
+pub trait Declared: Cached {
+    /// The loader the declaration names (`loader = ...`), if it names one.
+    #[must_use]
+    fn __loader() -> Option<Loader<Self>> {
+        None
+    }
+}
 
 /// A type-erased loader of `T`: the value found, and how long it may live
 /// if the loader says ([`Builder::loader_with_ttl`](crate::Builder::loader_with_ttl)).
@@ -185,7 +195,7 @@ pub(crate) type Opened = Result<Arc<dyn AnyTable>, &'static TableSpec>;
 ///
 /// The table's spec, if it has neither and the builder did not say it
 /// needs none.
-pub(crate) fn open<T: Cached>(decl: &'static Declaration, shared: &Shared) -> Opened {
+pub(crate) fn open<T: Declared>(spec: &'static TableSpec, shared: &Shared) -> Opened {
     let batch = Shared::take::<BatchLoader<T>>(&shared.batch_loaders, TypeId::of::<T>());
     let loader = match Shared::take::<Option<Loader<T>>>(&shared.loaders, TypeId::of::<T>()) {
         Some(given) => given,
@@ -193,21 +203,20 @@ pub(crate) fn open<T: Cached>(decl: &'static Declaration, shared: &Shared) -> Op
         None => Some(
             (T::__loader())
                 .or_else(|| batch.as_ref().map(batch::single))
-                .ok_or(&decl.spec)?,
+                .ok_or(spec)?,
         ),
     };
-    let load_timeout = decl
-        .spec
+    let load_timeout = spec
         .load_timeout_ms
         .map_or(shared.load_timeout, Duration::from_millis);
-    let tombstone_ttl = tombstone_ttl(&decl.spec, shared.tombstone_ttl, load_timeout);
+    let tombstone_ttl = tombstone_ttl(spec, shared.tombstone_ttl, load_timeout);
     let tier = shared.l2.as_ref().map(|server| {
         let codec = Shared::take::<Arc<dyn Codec<T>>>(&shared.codecs, TypeId::of::<T>())
             .unwrap_or_else(|| Arc::new(Postcard));
         Tier::new(
             Arc::clone(server),
             codec,
-            &decl.spec,
+            spec,
             shared.max_value_bytes,
             tombstone_ttl,
         )
@@ -215,14 +224,14 @@ pub(crate) fn open<T: Cached>(decl: &'static Declaration, shared: &Shared) -> Op
     let announcer = shared
         .l2
         .as_ref()
-        .map(|server| Announcer::new(Arc::clone(server), &decl.spec, tombstone_ttl));
+        .map(|server| Announcer::new(Arc::clone(server), spec, tombstone_ttl));
     // A coherent table trusts L1 only once its invalidation channel is up.
-    let coherent = tier.is_some() && decl.spec.coherence.versioned();
+    let coherent = tier.is_some() && spec.coherence.versioned();
     Ok(Arc::new_cyclic(|me| Table::<T> {
         me: me.clone(),
-        spec: &decl.spec,
+        spec,
         load_timeout,
-        rows: Rows::new(&decl.spec),
+        rows: Rows::new(spec),
         flights: Flights::new(),
         hits: Striped::new(),
         counters: Counters::default(),
@@ -232,14 +241,14 @@ pub(crate) fn open<T: Cached>(decl: &'static Declaration, shared: &Shared) -> Op
         announcer,
         runtime: shared.runtime.clone(),
         trusted: AtomicBool::new(!coherent),
-        grace: Grace::new(decl.spec.lost_grace_ms),
+        grace: Grace::new(spec.lost_grace_ms),
         applied: Applied::new(),
         readiness: Arc::clone(&shared.readiness),
         backlog: Backlog::new(shared.backlog_limit),
         backlog_kick: Arc::clone(&shared.backlog_kick),
-        failsafe: Failsafe::new(decl.spec.stale_if_error_ms),
+        failsafe: Failsafe::new(spec.stale_if_error_ms),
         #[cfg(feature = "metrics")]
-        metrics: crate::export::Keys::new(decl.spec.name, shared.metrics_node.as_ref()),
+        metrics: crate::export::Keys::new(spec.name, shared.metrics_node.as_ref()),
         batch,
     }))
 }
