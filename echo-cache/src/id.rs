@@ -22,117 +22,12 @@ use std::str::FromStr;
 use serde::de::{self, Deserialize, Deserializer, Visitor};
 use serde::ser::{Serialize, Serializer};
 
+use crate::kind::{IdError, KIND_LEN, Kind, shape};
 use crate::spec::Cached;
 
 /// Length of a printed id in bytes: 3 kind letters and 11 base62 digits.
 pub const ID_LEN: usize = 14;
-const KIND_LEN: usize = 3;
 const DIGITS: &[u8; 62] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
-
-/// Why a byte string is not an id.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum IdError {
-    /// The bytes are not 3 uppercase ASCII letters followed by 11 base62
-    /// digits that encode a value of at most `u64::MAX`.
-    Shape {
-        /// What is wrong with the shape.
-        reason: &'static str,
-    },
-    /// A well-formed id of another kind than the one asked for.
-    Kind {
-        /// The kind the caller asked for.
-        expected: Kind,
-        /// The kind the id carries.
-        found: Kind,
-    },
-}
-
-impl fmt::Display for IdError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            IdError::Shape { reason } => write!(f, "malformed id: {reason}"),
-            IdError::Kind { expected, found } => {
-                write!(f, "id of kind {found} where kind {expected} was expected")
-            }
-        }
-    }
-}
-
-impl std::error::Error for IdError {}
-
-const fn shape(reason: &'static str) -> IdError {
-    IdError::Shape { reason }
-}
-
-/// The kind of an id: exactly three uppercase ASCII letters, like `GAM`.
-#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Kind([u8; KIND_LEN]);
-
-impl Kind {
-    /// The kind spelled by `letters`.
-    ///
-    /// # Panics
-    ///
-    /// Panics unless `letters` is exactly three uppercase ASCII letters; in a
-    /// `const` this is a compile-time error.
-    ///
-    /// ```
-    /// const GAME: echo_cache::Kind = echo_cache::Kind::new("GAM");
-    /// assert_eq!(GAME.as_str(), "GAM");
-    /// ```
-    #[must_use]
-    pub const fn new(letters: &str) -> Kind {
-        match Kind::parse(letters.as_bytes()) {
-            Ok(kind) => kind,
-            Err(_) => panic!("a kind is exactly three uppercase ASCII letters"),
-        }
-    }
-
-    /// Parses three uppercase ASCII letters.
-    ///
-    /// # Errors
-    ///
-    /// [`IdError::Shape`] if `bytes` is not three uppercase ASCII letters.
-    pub const fn parse(bytes: &[u8]) -> Result<Kind, IdError> {
-        if bytes.len() != KIND_LEN {
-            return Err(shape("a kind is three letters"));
-        }
-        let mut i = 0;
-        while i < KIND_LEN {
-            if !bytes[i].is_ascii_uppercase() {
-                return Err(shape("a kind is uppercase ASCII letters A-Z"));
-            }
-            i += 1;
-        }
-        Ok(Kind([bytes[0], bytes[1], bytes[2]]))
-    }
-
-    /// The three letters.
-    #[must_use]
-    #[allow(clippy::missing_panics_doc)] // only ASCII letters are ever stored
-    pub fn as_str(&self) -> &str {
-        std::str::from_utf8(&self.0).expect("a kind is ASCII")
-    }
-
-    /// The three letters as bytes.
-    #[must_use]
-    pub const fn as_bytes(&self) -> &[u8; KIND_LEN] {
-        &self.0
-    }
-}
-
-impl fmt::Display for Kind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl fmt::Debug for Kind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Kind({})", self.as_str())
-    }
-}
 
 /// Encodes a payload as 11 base62 digits, most significant first.
 fn encode_payload(mut payload: u64, out: &mut [u8]) {
@@ -387,13 +282,6 @@ impl<T: Cached> Id<T> {
     /// [`IdError::Kind`] if they are an id of another kind.
     pub fn parse(bytes: impl AsRef<[u8]>) -> Result<Id<T>, IdError> {
         RawId::parse(bytes)?.typed()
-    }
-
-    /// Mints a fresh id of `T`'s kind from the process-wide
-    /// [`Minter`](crate::Minter).
-    #[must_use]
-    pub fn mint() -> Id<T> {
-        crate::Minter::global().mint()
     }
 
     /// The untyped id.

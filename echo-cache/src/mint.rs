@@ -20,7 +20,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::clock::millis;
-use crate::id::{Id, Kind, RawId};
+use crate::id::{Id, RawId};
+use crate::kind::Kind;
 use crate::spec::Cached;
 
 /// The minting epoch: 2025-01-01T00:00:00Z in milliseconds since the Unix epoch.
@@ -197,6 +198,16 @@ impl Minter {
                 Err(seen) => last = seen,
             }
         }
+    }
+}
+
+/// Ids mint here, not in `id`: the minter builds on ids, not ids on it.
+impl<T: Cached> Id<T> {
+    /// Mints a fresh id of `T`'s kind from the process-wide
+    /// [`Minter`].
+    #[must_use]
+    pub fn mint() -> Id<T> {
+        Minter::global().mint()
     }
 }
 

@@ -6,7 +6,7 @@ use std::fmt;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::id::Kind;
+use crate::kind::Kind;
 
 /// How a table's rows are kept coherent across nodes.
 ///

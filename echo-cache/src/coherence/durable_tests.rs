@@ -9,7 +9,8 @@ use echo_cache_testkit::RedisServer;
 use tokio::task::JoinHandle;
 
 use super::*;
-use crate::id::{Kind, RawId};
+use crate::id::RawId;
+use crate::kind::Kind;
 use crate::spec::{Coherence, TableSpec};
 
 const fn spec(name: &'static str, kind: &'static str) -> TableSpec {

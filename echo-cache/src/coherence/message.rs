@@ -6,7 +6,8 @@
 //! `backlog`) names no id: its id field is the table's kind and eleven
 //! `*`, which no id can be.
 
-use crate::id::{ID_LEN, Kind, RawId};
+use crate::id::{ID_LEN, RawId};
+use crate::kind::Kind;
 
 /// Length of a message.
 pub(crate) const LEN: usize = 2 * ID_LEN + 1;
