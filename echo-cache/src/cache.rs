@@ -98,18 +98,18 @@ impl Inner {
 }
 
 struct Slot {
-    /// The `Table<T>`, for the typed paths.
-    typed: Arc<dyn Any + Send + Sync>,
-    /// Where `typed` points, without the vtable lookup `Arc::as_ptr` of a
-    /// `dyn` needs: one load fewer on every fetch.
+    /// The `Table<T>`, for the typed paths: where `erased` points, without
+    /// the vtable lookup `Arc::as_ptr` of a `dyn` needs (one load fewer on
+    /// every fetch).
     table: NonNull<()>,
     /// The `TypeId` of that `Table<T>`.
     type_id: TypeId,
-    /// The same table, for the paths that do not know `T`.
+    /// The same table, for the paths that do not know `T`; it keeps the
+    /// table alive.
     erased: Arc<dyn AnyTable>,
 }
 
-// SAFETY: `table` points into `typed`, which is `Send + Sync`; the rest is.
+// SAFETY: `table` points into `erased`, which is `Send + Sync`; the rest is.
 unsafe impl Send for Slot {}
 unsafe impl Sync for Slot {}
 
@@ -142,7 +142,7 @@ impl Cache {
     /// [`Error::Timeout`], [`Error::NoLoader`], [`Error::NoRuntime`].
     #[inline]
     pub fn fetch<T: Cached>(&self, id: impl IdOf<T>) -> Fetch<'_, T> {
-        Fetch::new(self, id.__id(), self.fetch_timeout)
+        Fetch::new(self.table::<T>(), id.__id(), self.fetch_timeout)
     }
 
     /// [`fetch`](Self::fetch) with its own timeout (`None`: wait as long as
@@ -156,7 +156,7 @@ impl Cache {
         id: impl IdOf<T>,
         timeout: Option<Duration>,
     ) -> Fetch<'_, T> {
-        Fetch::new(self, id.__id(), timeout)
+        Fetch::new(self.table::<T>(), id.__id(), timeout)
     }
 
     /// Reads the values of many ids of `T` at once: one answer per id, in
@@ -244,7 +244,7 @@ impl Cache {
         I::Item: IdOf<T>,
     {
         let keys: Vec<u64> = ids.into_iter().map(|id| id.__id().payload()).collect();
-        self.shared_table::<T>().fetch_many(keys, timeout)
+        self.table::<T>().shared().fetch_many(keys, timeout)
     }
 
     /// Writes `value` as the value of `id` under a fresh version, through L2
@@ -468,15 +468,9 @@ impl Cache {
         let table = slot.table.cast::<Table<T>>();
         // SAFETY: `table` points to a live `Table<T>` (so it is aligned for
         // one): its `TypeId` was just compared, which is what `downcast_ref`
-        // does, without the virtual call; the `Arc` in `slot` keeps it alive
+        // does, without the virtual call; `slot.erased` keeps it alive
         // as long as `self` is borrowed.
         unsafe { table.as_ref() }
-    }
-
-    pub(crate) fn shared_table<T: Cached>(&self) -> Arc<Table<T>> {
-        Arc::clone(&self.slot::<T>().typed)
-            .downcast()
-            .expect("the slot of T holds the table of T")
     }
 }
 
@@ -1113,7 +1107,6 @@ impl Builder {
                 let type_id = (*typed).type_id();
                 let table = NonNull::from(&*typed).cast();
                 Slot {
-                    typed,
                     table,
                     type_id,
                     erased,

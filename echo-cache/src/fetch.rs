@@ -11,11 +11,11 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use crate::cache::Cache;
 use crate::error::Error;
 use crate::fetched::Fetched;
 use crate::id::Id;
 use crate::spec::Cached;
+use crate::table::Table;
 
 type Miss<T> = Pin<Box<dyn Future<Output = Result<Fetched<T>, Error>> + Send>>;
 
@@ -26,7 +26,8 @@ type Miss<T> = Pin<Box<dyn Future<Output = Result<Fetched<T>, Error>> + Send>>;
 /// Like most futures, it is not to be polled again once it is ready.
 #[must_use = "futures do nothing unless polled"]
 pub struct Fetch<'c, T: Cached> {
-    cache: &'c Cache,
+    /// The table of `T`, found when the fetch was made.
+    table: &'c Table<T>,
     id: Id<T>,
     timeout: Option<Duration>,
     /// The miss path, once a poll missed.
@@ -34,9 +35,9 @@ pub struct Fetch<'c, T: Cached> {
 }
 
 impl<'c, T: Cached> Fetch<'c, T> {
-    pub(crate) fn new(cache: &'c Cache, id: Id<T>, timeout: Option<Duration>) -> Fetch<'c, T> {
+    pub(crate) fn new(table: &'c Table<T>, id: Id<T>, timeout: Option<Duration>) -> Fetch<'c, T> {
         Fetch {
-            cache,
+            table,
             id,
             timeout,
             miss: None,
@@ -53,7 +54,7 @@ impl<T: Cached> Future for Fetch<'_, T> {
     #[inline(always)]
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         if self.miss.is_none()
-            && let Some(hit) = self.cache.table::<T>().hit(self.id.payload())
+            && let Some(hit) = self.table.hit(self.id.payload())
         {
             return Poll::Ready(hit);
         }
@@ -66,9 +67,9 @@ impl<T: Cached> Fetch<'_, T> {
     /// waits for it.
     #[inline(never)]
     fn poll_miss(&mut self, cx: &mut Context<'_>) -> Poll<Result<Fetched<T>, Error>> {
-        let (cache, id, timeout) = (self.cache, self.id, self.timeout);
+        let (table, id, timeout) = (self.table, self.id, self.timeout);
         self.miss
-            .get_or_insert_with(|| Box::pin(cache.shared_table::<T>().miss(id.payload(), timeout)))
+            .get_or_insert_with(|| Box::pin(table.shared().miss(id.payload(), timeout)))
             .as_mut()
             .poll(cx)
     }

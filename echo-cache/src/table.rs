@@ -316,6 +316,11 @@ pub(crate) struct Table<T> {
 }
 
 impl<T: Cached> Table<T> {
+    /// The table, shared: for a miss, whose flight may outlive its caller.
+    pub(crate) fn shared(&self) -> Arc<Table<T>> {
+        self.me.upgrade().expect("a table borrowed is alive")
+    }
+
     /// Step 1: the answer of a live L1 row, if there is one.
     #[allow(clippy::inline_always)] // the hot path: see `Fetch::poll`
     #[inline(always)]
