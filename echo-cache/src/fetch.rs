@@ -19,7 +19,8 @@ use crate::table::Table;
 
 type Miss<T> = Pin<Box<dyn Future<Output = Result<Fetched<T>, Error>> + Send>>;
 
-/// The future returned by [`Cache::fetch`] and [`Cache::fetch_within`].
+/// The future returned by [`Cache::fetch`](crate::Cache::fetch) and
+/// [`Cache::fetch_within`](crate::Cache::fetch_within).
 ///
 /// Nothing happens until it is polled. Its first poll answers an L1 hit in
 /// the caller's thread; on a miss it joins or starts the flight of the id.

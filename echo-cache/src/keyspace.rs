@@ -7,11 +7,9 @@
 //! construction ([`RawId`] cannot hold a malformed id), so no malformed key
 //! ever reaches the wire.
 
+pub use crate::connections::topology::SLOTS;
 use crate::id::RawId;
 use crate::spec::{Placement, TableSpec};
-
-/// Number of hash slots of a Valkey/Redis cluster.
-pub const SLOTS: u16 = 16_384;
 
 /// The prefix every key of `table` starts with: `ecc:{<table>}:` (the
 /// table's slot), or `ecc:<table>:` for a table whose ids spread over the

@@ -12,7 +12,7 @@
 //! report to it when the server answers them.
 
 mod breaker;
-mod topology;
+pub(crate) mod topology;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -8,6 +8,9 @@
 
 use redis::{ConnectionAddr, ConnectionInfo, Value};
 
+/// Number of hash slots of a Valkey/Redis cluster.
+pub const SLOTS: u16 = 16_384;
+
 /// One node that serves slots, and how to reach it.
 #[derive(Clone, Debug)]
 pub(crate) struct Master {
@@ -46,7 +49,7 @@ impl Topology {
             masters: vec![Master {
                 name,
                 info,
-                slots: vec![(0, crate::keyspace::SLOTS - 1)],
+                slots: vec![(0, SLOTS - 1)],
             }],
         }
     }
