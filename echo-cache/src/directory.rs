@@ -76,7 +76,7 @@ impl SpecParts {
         TableSpec {
             name: self.name,
             type_name: self.type_name,
-            kind: crate::Kind::new(self.kind),
+            kind: crate::kind::Kind::new(self.kind),
             ttl_ms: self.ttl_ms,
             jitter: match self.jitter {
                 Some(jitter) => jitter,

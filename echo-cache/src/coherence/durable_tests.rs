@@ -28,8 +28,8 @@ const fn spec(name: &'static str, kind: &'static str) -> TableSpec {
         stale_if_error_ms: 0,
         refresh_ms: 0,
         coherence: Coherence::Durable,
-        placement: crate::Placement::Table,
-        eviction: crate::Eviction::Hot,
+        placement: crate::spec::Placement::Table,
+        eviction: crate::spec::Eviction::Hot,
         fingerprint: 0,
     }
 }

@@ -28,8 +28,8 @@ fn parts(max_size: usize, eviction: Eviction) -> crate::directory::SpecParts {
         lost_grace_ms: None,
         stale_if_error_ms: None,
         refresh_ms: None,
-        coherence: crate::Coherence::None,
-        placement: crate::Placement::Table,
+        coherence: crate::spec::Coherence::None,
+        placement: crate::spec::Placement::Table,
         eviction,
         fingerprint: 0,
     }
@@ -1098,8 +1098,8 @@ fn a_dead_row_stays_for_the_grace_and_no_longer() {
         lost_grace_ms: None,
         stale_if_error_ms: Some(500),
         refresh_ms: None,
-        coherence: crate::Coherence::None,
-        placement: crate::Placement::Table,
+        coherence: crate::spec::Coherence::None,
+        placement: crate::spec::Placement::Table,
         eviction: Eviction::Hot,
         fingerprint: 0,
     }

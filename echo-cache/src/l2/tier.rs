@@ -163,7 +163,7 @@ impl<T: Cached> Tier<T> {
     }
 
     fn key(&self, key: u64) -> Vec<u8> {
-        let mut out = Vec::with_capacity(self.prefix.len() + crate::ID_LEN);
+        let mut out = Vec::with_capacity(self.prefix.len() + crate::id::ID_LEN);
         out.extend_from_slice(self.prefix.as_bytes());
         out.extend_from_slice(&RawId::new(T::KIND, key).to_bytes());
         out
@@ -420,7 +420,7 @@ impl<T: Cached> Tier<T> {
         counters: &Counters,
     ) -> Result<(), Failure> {
         // A tombstone is a bare version.
-        let op = if frame.len() == crate::ID_LEN {
+        let op = if frame.len() == crate::id::ID_LEN {
             "drop"
         } else {
             "write"
