@@ -45,7 +45,7 @@ pub enum Error {
         /// The table asked.
         table: &'static str,
         /// The id asked for.
-        id: crate::id::RawId,
+        id: crate::entity::id::RawId,
     },
     /// The loader returned an error.
     Load {
@@ -105,10 +105,10 @@ pub enum Error {
     Conflict {
         /// What they share, e.g. "table name `games`".
         what: Arc<str>,
-        /// One declaration (see [`TableSpec::type_name`](crate::spec::TableSpec::type_name)).
-        first: &'static crate::spec::TableSpec,
+        /// One declaration (see [`TableSpec::type_name`](crate::entity::spec::TableSpec::type_name)).
+        first: &'static crate::entity::spec::TableSpec,
         /// The other declaration.
-        second: &'static crate::spec::TableSpec,
+        second: &'static crate::entity::spec::TableSpec,
     },
     /// [`Builder::build`](crate::Builder::build) found tables with no
     /// loader: neither declared (`loader = ...`) nor given to
@@ -117,7 +117,7 @@ pub enum Error {
     /// [`Builder::without_loader`](crate::Builder::without_loader).
     MissingLoader {
         /// Those tables, sorted by name.
-        tables: Arc<[&'static crate::spec::TableSpec]>,
+        tables: Arc<[&'static crate::entity::spec::TableSpec]>,
     },
     /// The cache was configured with an invalid setting.
     Config(String),
@@ -161,7 +161,10 @@ impl fmt::Display for Error {
 }
 
 /// Names the tables with no loader, and the three ways to settle each.
-fn missing_loader(f: &mut fmt::Formatter<'_>, tables: &[&crate::spec::TableSpec]) -> fmt::Result {
+fn missing_loader(
+    f: &mut fmt::Formatter<'_>,
+    tables: &[&crate::entity::spec::TableSpec],
+) -> fmt::Result {
     let plural = if tables.len() == 1 { "" } else { "s" };
     write!(f, "no loader for table{plural} ")?;
     for (i, spec) in tables.iter().enumerate() {

@@ -23,7 +23,7 @@
 //! compile time (a bad kind, a zero TTL, an unknown key are spanned compile
 //! errors) and every declaration of the program is gathered at link time:
 //! [`declared`](crate::declared) lists them before any cache is built,
-//! [`spec`](crate::spec) finds one by its table name, and
+//! [`spec`](crate::spec()) finds one by its table name, and
 //! [`Cache::tables`](crate::Cache::tables) shows a running cache's tables
 //! with their counters and health. A table's loader is declared with it
 //! (`loader = load_game`, a function of the id alone) or given to the

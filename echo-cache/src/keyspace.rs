@@ -8,8 +8,8 @@
 //! ever reaches the wire.
 
 pub use crate::connections::topology::SLOTS;
-use crate::id::RawId;
-use crate::spec::{Placement, TableSpec};
+use crate::entity::id::RawId;
+use crate::entity::spec::{Placement, TableSpec};
 
 /// The prefix every key of `table` starts with: `ecc:{<table>}:` (the
 /// table's slot), or `ecc:<table>:` for a table whose ids spread over the

@@ -12,9 +12,9 @@ use redis::Cmd;
 use super::message;
 use crate::clock::millis;
 use crate::connections::{Failure, Lane, Server};
-use crate::id::RawId;
+use crate::entity::id::RawId;
+use crate::entity::spec::{Coherence, TableSpec};
 use crate::keyspace;
-use crate::spec::{Coherence, TableSpec};
 
 /// Messages kept in a durable table's stream (approximately: `MAXLEN ~`).
 /// A node that falls further behind than this flushes its L1 of the table.

@@ -9,9 +9,9 @@ use echo_cache_testkit::RedisServer;
 use tokio::task::JoinHandle;
 
 use super::*;
-use crate::id::RawId;
-use crate::kind::Kind;
-use crate::spec::{Coherence, TableSpec};
+use crate::entity::id::RawId;
+use crate::entity::kind::Kind;
+use crate::entity::spec::{Coherence, TableSpec};
 
 const fn spec(name: &'static str, kind: &'static str) -> TableSpec {
     TableSpec {
@@ -28,8 +28,8 @@ const fn spec(name: &'static str, kind: &'static str) -> TableSpec {
         stale_if_error_ms: 0,
         refresh_ms: 0,
         coherence: Coherence::Durable,
-        placement: crate::spec::Placement::Table,
-        eviction: crate::spec::Eviction::Hot,
+        placement: crate::entity::spec::Placement::Table,
+        eviction: crate::entity::spec::Eviction::Hot,
         fingerprint: 0,
     }
 }

@@ -34,7 +34,7 @@ use tokio::sync::{mpsc, watch};
 use super::Target;
 use super::message;
 use crate::connections::{Master, NodeConnection, Server, TOPOLOGY_EVERY, Topology};
-use crate::spec::Coherence;
+use crate::entity::spec::Coherence;
 
 /// Settings of the link.
 #[derive(Clone, Debug)]
@@ -363,7 +363,7 @@ fn invalidate_key(routes: &[Route], key: &Value) {
     for route in routes.iter().filter(|route| route.tracking()) {
         if let Some(id) = key.strip_prefix(route.address.as_slice()) {
             let table = &route.table;
-            match crate::id::RawId::parse(id) {
+            match crate::entity::id::RawId::parse(id) {
                 Ok(id) if id.kind() == table.spec().kind() => table.apply(id.payload(), None),
                 // A writer's table-wide flush (see `backlog`).
                 _ if id == crate::keyspace::EVERY_ID.as_bytes() => table.flush(),

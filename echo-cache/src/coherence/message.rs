@@ -6,8 +6,8 @@
 //! `backlog`) names no id: its id field is the table's kind and eleven
 //! `*`, which no id can be.
 
-use crate::id::{ID_LEN, RawId};
-use crate::kind::Kind;
+use crate::entity::id::{ID_LEN, RawId};
+use crate::entity::kind::Kind;
 
 /// Length of a message.
 pub(crate) const LEN: usize = 2 * ID_LEN + 1;

@@ -115,17 +115,15 @@
 //! link's modes (100 ms, above).
 
 mod announcer;
-mod applied;
 pub(crate) mod durable;
 pub(crate) mod link;
 pub(crate) mod message;
 
 pub(crate) use announcer::Announcer;
-pub(crate) use applied::Applied;
 
 use futures_util::future::BoxFuture;
 
-use crate::spec::TableSpec;
+use crate::entity::spec::TableSpec;
 use message::Message;
 
 /// A table, as the lanes that carry its invalidations see it.

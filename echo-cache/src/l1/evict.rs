@@ -10,8 +10,8 @@ use std::collections::VecDeque;
 use std::hash::BuildHasher;
 
 use super::{Array, MARKING, REFRESHING, Rows, SHARDS, Tally, is_row, tombstone, update_mark};
-use crate::sketch::Sketch;
-use crate::spec::Eviction;
+use crate::entity::spec::Eviction;
+use crate::l1::sketch::Sketch;
 use crate::sync::AtomicU64;
 use crate::sync::Ordering::Relaxed;
 

@@ -2,7 +2,7 @@
 //! readers against writers under Miri and loom.
 
 use super::*;
-use crate::epoch;
+use crate::l1::epoch;
 use std::sync::atomic::AtomicBool;
 
 /// A table that evicts nothing when full.
@@ -14,8 +14,8 @@ fn table<T>(max_size: usize, eviction: Eviction) -> Rows<T> {
     Rows::new(&parts(max_size, eviction).build())
 }
 
-fn parts(max_size: usize, eviction: Eviction) -> crate::directory::SpecParts {
-    crate::directory::SpecParts {
+fn parts(max_size: usize, eviction: Eviction) -> crate::cache::directory::SpecParts {
+    crate::cache::directory::SpecParts {
         name: "rows",
         type_name: "Rows",
         kind: "ROW",
@@ -28,8 +28,8 @@ fn parts(max_size: usize, eviction: Eviction) -> crate::directory::SpecParts {
         lost_grace_ms: None,
         stale_if_error_ms: None,
         refresh_ms: None,
-        coherence: crate::spec::Coherence::None,
-        placement: crate::spec::Placement::Table,
+        coherence: crate::entity::spec::Coherence::None,
+        placement: crate::entity::spec::Placement::Table,
         eviction,
         fingerprint: 0,
     }
@@ -46,7 +46,7 @@ fn row(value: u64, version: u64, expires_at: u64) -> Row<u64> {
 
 #[test]
 fn a_failed_refresh_is_rearmed_only_on_its_own_row() {
-    let spec = crate::directory::SpecParts {
+    let spec = crate::cache::directory::SpecParts {
         refresh_ms: Some(200),
         ..parts(100, Eviction::None)
     }
@@ -803,7 +803,7 @@ fn a_bounded_life_is_a_deadline_jittered_down_only() {
 #[cfg(echo_cache_loom)]
 mod model {
     use super::{Eviction, Row, Rows, rows, shard_mates, table};
-    use crate::epoch;
+    use crate::l1::epoch;
     use crate::l1::evict::{READ, recount};
     use crate::l1::{Live, REFRESHING, mark_of, watched, with_mark};
     use crate::sync::AtomicU64;
@@ -1085,7 +1085,7 @@ mod model {
 /// invalidation at once.
 #[test]
 fn a_dead_row_stays_for_the_grace_and_no_longer() {
-    let spec = crate::directory::SpecParts {
+    let spec = crate::cache::directory::SpecParts {
         name: "rows",
         type_name: "Rows",
         kind: "ROW",
@@ -1098,8 +1098,8 @@ fn a_dead_row_stays_for_the_grace_and_no_longer() {
         lost_grace_ms: None,
         stale_if_error_ms: Some(500),
         refresh_ms: None,
-        coherence: crate::spec::Coherence::None,
-        placement: crate::spec::Placement::Table,
+        coherence: crate::entity::spec::Coherence::None,
+        placement: crate::entity::spec::Placement::Table,
         eviction: Eviction::Hot,
         fingerprint: 0,
     }

@@ -25,8 +25,8 @@
 //! grace, a frame the server still holds is alive whatever the reader's
 //! clock says: served, not kept.)
 
-use crate::id::{ID_LEN, RawId};
-use crate::kind::Kind;
+use crate::entity::id::{ID_LEN, RawId};
+use crate::entity::kind::Kind;
 
 /// Bytes before the body.
 pub(crate) const HEADER: usize = ID_LEN + 8 + 8;

@@ -36,11 +36,11 @@ use super::script::{DROP_OLDER, WRITE_IF_NEWER};
 use super::shape;
 use super::{Codec, Warning};
 use crate::connections::{Failure, Lane, Server};
-use crate::id::RawId;
+use crate::entity::id::RawId;
+use crate::entity::mint::Minter;
+use crate::entity::spec::{Cached, Coherence, Placement, TableSpec};
 use crate::keyspace;
-use crate::mint::Minter;
-use crate::spec::{Cached, Coherence, Placement, TableSpec};
-use crate::stats::Counters;
+use crate::report::stats::Counters;
 
 mod batch;
 
@@ -163,7 +163,7 @@ impl<T: Cached> Tier<T> {
     }
 
     fn key(&self, key: u64) -> Vec<u8> {
-        let mut out = Vec::with_capacity(self.prefix.len() + crate::id::ID_LEN);
+        let mut out = Vec::with_capacity(self.prefix.len() + crate::entity::id::ID_LEN);
         out.extend_from_slice(self.prefix.as_bytes());
         out.extend_from_slice(&RawId::new(T::KIND, key).to_bytes());
         out
@@ -235,14 +235,16 @@ impl<T: Cached> Tier<T> {
             Err(error) => Err(error.to_string()),
         };
         match decoded {
-            Ok((version, expiry, value)) => match expiry.checked_sub(crate::mint::unix_ms()) {
-                Some(left_ms) if left_ms > 0 => Found::Value(version, value, left_ms),
-                // Without a grace the server expires the frame at its
-                // logical expiry: one still there is alive on the server's
-                // clock, whatever this node's says (skew). Served, not kept.
-                _ if self.grace_ms == 0 => Found::Value(version, value, 0),
-                _ => Found::Expired(version, value),
-            },
+            Ok((version, expiry, value)) => {
+                match expiry.checked_sub(crate::entity::mint::unix_ms()) {
+                    Some(left_ms) if left_ms > 0 => Found::Value(version, value, left_ms),
+                    // Without a grace the server expires the frame at its
+                    // logical expiry: one still there is alive on the server's
+                    // clock, whatever this node's says (skew). Served, not kept.
+                    _ if self.grace_ms == 0 => Found::Value(version, value, 0),
+                    _ => Found::Expired(version, value),
+                }
+            }
             Err(reason) => {
                 self.bad_frame(key, &reason, counters);
                 Found::Bad
@@ -317,7 +319,7 @@ impl<T: Cached> Tier<T> {
             Counters::bump(&counters.oversized);
             return Ok(());
         }
-        let expires = crate::mint::unix_ms().saturating_add(ttl_ms);
+        let expires = crate::entity::mint::unix_ms().saturating_add(ttl_ms);
         let frame = frame::encode(version, self.schema, expires, &body);
         let how = match (self.spec.coherence(), write) {
             (Coherence::Tracking, Write::Fill { over_bad: false }) => How::Vacant,
@@ -420,7 +422,7 @@ impl<T: Cached> Tier<T> {
         counters: &Counters,
     ) -> Result<(), Failure> {
         // A tombstone is a bare version.
-        let op = if frame.len() == crate::id::ID_LEN {
+        let op = if frame.len() == crate::entity::id::ID_LEN {
             "drop"
         } else {
             "write"
@@ -516,7 +518,7 @@ impl<T: Cached> Tier<T> {
     /// should stop it may have expired.
     fn too_old(&self, version: &RawId) -> bool {
         let minted = Minter::unix_ms_of(version);
-        let now = crate::mint::unix_ms();
+        let now = crate::entity::mint::unix_ms();
         let half = u64::try_from(self.tombstone_ttl.as_millis() / 2).unwrap_or(u64::MAX);
         now.saturating_sub(minted) > half
     }

@@ -27,13 +27,13 @@ use tracing::Instrument;
 
 use super::{Answer, Detachable, Joining, Landing, Loaded, Loader, Table, panic_message};
 use crate::clock::millis;
+use crate::entity::id::{Id, RawId};
+use crate::entity::mint::Minter;
+use crate::entity::spec::Cached;
 use crate::error::{BoxError, Error};
-use crate::fetched::{Fetched, Source};
-use crate::id::{Id, RawId};
 use crate::l2::Found;
-use crate::mint::Minter;
-use crate::spec::Cached;
-use crate::stale::Fallback;
+use crate::table::fetched::{Fetched, Source};
+use crate::table::stale::Fallback;
 
 /// A type-erased batch loader of `T`: the values it found, by id, each
 /// with how long it may live if the loader says

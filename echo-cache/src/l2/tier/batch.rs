@@ -11,8 +11,8 @@ use redis::Cmd;
 use tracing::{Instrument, field};
 
 use super::{Found, Tier};
-use crate::spec::Cached;
-use crate::stats::Counters;
+use crate::entity::spec::Cached;
+use crate::report::stats::Counters;
 
 /// The most keys one `MGET` asks for: a larger batch is split (its parts
 /// sent at once), so no one command holds the server for long.

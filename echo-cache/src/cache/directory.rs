@@ -9,8 +9,8 @@ use std::sync::OnceLock;
 
 use linkme::distributed_slice;
 
+use crate::entity::spec::{Coherence, Eviction, Placement, TableSpec};
 use crate::error::Error;
-use crate::spec::{Coherence, Eviction, Placement, TableSpec};
 use crate::table::{Declared, Opened, Shared};
 
 /// Every declaration linked into the program, in link order.
@@ -76,7 +76,7 @@ impl SpecParts {
         TableSpec {
             name: self.name,
             type_name: self.type_name,
-            kind: crate::kind::Kind::new(self.kind),
+            kind: crate::entity::kind::Kind::new(self.kind),
             ttl_ms: self.ttl_ms,
             jitter: match self.jitter {
                 Some(jitter) => jitter,

@@ -22,8 +22,8 @@ use std::str::FromStr;
 use serde::de::{self, Deserialize, Deserializer, Visitor};
 use serde::ser::{Serialize, Serializer};
 
-use crate::kind::{IdError, KIND_LEN, Kind, shape};
-use crate::spec::Cached;
+use crate::entity::kind::{IdError, KIND_LEN, Kind, shape};
+use crate::entity::spec::Cached;
 
 /// Length of a printed id in bytes: 3 kind letters and 11 base62 digits.
 pub const ID_LEN: usize = 14;

@@ -20,9 +20,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::clock::millis;
-use crate::id::{Id, RawId};
-use crate::kind::Kind;
-use crate::spec::Cached;
+use crate::entity::id::{Id, RawId};
+use crate::entity::kind::Kind;
+use crate::entity::spec::Cached;
 
 /// The minting epoch: 2025-01-01T00:00:00Z in milliseconds since the Unix epoch.
 pub const EPOCH_MS: u64 = 1_735_689_600_000;

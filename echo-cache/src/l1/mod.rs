@@ -114,11 +114,13 @@ use std::hash::BuildHasher;
 use std::ptr::{self, NonNull};
 use std::sync::{Arc, PoisonError};
 
-use crate::epoch::{Garbage, Pin};
-use crate::sketch::Sketch;
-use crate::spec::{Eviction, TableSpec};
+use crate::entity::spec::{Eviction, TableSpec};
+use crate::l1::epoch::{Garbage, Pin};
+use crate::l1::sketch::Sketch;
 
+pub(crate) mod epoch;
 mod evict;
+pub(crate) mod sketch;
 
 use crate::sync::Ordering::{Acquire, Relaxed, Release};
 use crate::sync::{AtomicPtr, AtomicU64, AtomicUsize, Mutex, MutexGuard, fence};

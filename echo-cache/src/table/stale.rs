@@ -27,7 +27,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::error::Error;
-use crate::fetched::{Fetched, Source};
+use crate::table::fetched::{Fetched, Source};
 
 /// The longest backoff after a failed load: 1 s.
 pub(crate) const MAX_BACKOFF_MS: u64 = 1_000;

@@ -249,7 +249,7 @@ mod tests {
         let counter = Striped::new();
         std::thread::scope(|s| {
             for _ in 0..(CELLS + 16) {
-                s.spawn(|| (0..1000).for_each(|_| counter.incr(crate::epoch::pin().index())));
+                s.spawn(|| (0..1000).for_each(|_| counter.incr(crate::l1::epoch::pin().index())));
             }
         });
         assert_eq!(counter.sum(), (CELLS as u64 + 16) * 1000);

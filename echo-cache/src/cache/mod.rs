@@ -1,6 +1,10 @@
 //! The cache: one table per declared type, the builder, and the
 //! maintenance thread that ticks the clock and runs the sweeper.
 
+pub(crate) mod claim;
+pub(crate) mod directory;
+pub(crate) mod fetch;
+
 use std::any::{Any, TypeId};
 use std::collections::HashMap;
 use std::future::Future;
@@ -13,22 +17,21 @@ use std::time::{Duration, Instant};
 use tokio::runtime::Handle;
 use tokio::sync::{Notify, watch};
 
-use crate::claim;
 use crate::clock::{Clock, MAX_TICK, millis};
 use crate::coherence::{Target, durable, link};
 use crate::connections::{Address, Server};
-use crate::directory::{self, DECLARATIONS, Declaration};
+use crate::entity::id::{Id, IdOf, RawId};
+use crate::entity::mint::Minter;
+use crate::entity::spec::{Cached, Coherence, TableSpec};
 use crate::error::{BoxError, Error};
-use crate::fetch::Fetch;
-use crate::fetched::Fetched;
-use crate::id::{Id, IdOf, RawId};
 use crate::l1;
 use crate::l2::Codec;
-use crate::mint::Minter;
-use crate::roster::{Readiness, TableInfo};
-use crate::spec::{Cached, Coherence, TableSpec};
-use crate::stats::Stats;
+use crate::report::roster::{Readiness, TableInfo};
+use crate::report::stats::Stats;
+use crate::table::fetched::Fetched;
 use crate::table::{self, AnyTable, Loader, Shared, Table};
+use directory::{DECLARATIONS, Declaration};
+use fetch::Fetch;
 
 /// A near-cache: one table for every type declared with `#[near_cache]`.
 ///
@@ -90,7 +93,7 @@ impl Drop for Inner {
 #[cfg(feature = "metrics")]
 impl Inner {
     fn publish_metrics(&self) {
-        crate::export::describe();
+        crate::report::metrics::describe();
         for slot in self.tables.iter() {
             slot.erased.publish_metrics();
         }
@@ -1149,7 +1152,7 @@ impl Builder {
 
 /// Ticks the clock, sweeps each table every `sweep_ms`, frees what L1's
 /// writers removed and, with the `metrics` feature, publishes the tables'
-/// counters every [`PUBLISH_EVERY`](crate::export::PUBLISH_EVERY), until
+/// counters every [`PUBLISH_EVERY`](crate::report::metrics::PUBLISH_EVERY), until
 /// the cache is dropped.
 ///
 /// The thread sleeps until its next duty: the clock's tick is 1% of the
@@ -1215,7 +1218,7 @@ fn spawn_maintenance(cache: Weak<Inner>, woken: mpsc::Receiver<()>) -> Result<()
             // most that late.
             #[cfg(feature = "metrics")]
             if now >= next_publish {
-                next_publish = now + crate::export::PUBLISH_EVERY;
+                next_publish = now + crate::report::metrics::PUBLISH_EVERY;
                 // A recorder is user code: its panic must not stop the thread.
                 let published =
                     std::panic::catch_unwind(AssertUnwindSafe(|| cache.publish_metrics()));

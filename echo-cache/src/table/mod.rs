@@ -41,25 +41,32 @@ use tokio::sync::{Notify, watch};
 use tracing::instrument::Instrumented;
 use tracing::{Instrument, Span, field};
 
-use crate::backlog::Backlog;
 use crate::clock::{Clock, millis};
-use crate::coherence::{Announcer, Applied, Target};
+use crate::coherence::{Announcer, Target};
 use crate::connections::Server;
-use crate::epoch;
+use crate::entity::id::{Id, RawId};
+use crate::entity::mint::Minter;
+use crate::entity::spec::{Cached, Coherence, TableSpec};
 use crate::error::{BoxError, Error};
-use crate::fetched::{Fetched, Source};
-use crate::flight::{Flights, Joined};
-use crate::grace::{Grace, OnLoss, Over};
-use crate::id::{Id, RawId};
+use crate::l1::epoch;
 use crate::l1::{self, Live, Row, Rows};
 use crate::l2::{Codec, Found, Postcard, Tier, Write};
-use crate::mint::Minter;
-use crate::roster::{Health, Readiness, TableInfo};
-use crate::spec::{Cached, Coherence, TableSpec};
-use crate::stale::{Failsafe, Fallback};
-use crate::stats::{Counters, Stats, Striped};
+use crate::report::roster::{Health, Readiness, TableInfo};
+use crate::report::stats::{Counters, Stats, Striped};
+use crate::table::backlog::Backlog;
+use crate::table::fetched::{Fetched, Source};
+use crate::table::flight::{Flights, Joined};
+use crate::table::grace::{Grace, OnLoss, Over};
+use crate::table::stale::{Failsafe, Fallback};
+use applied::Applied;
 
+pub(crate) mod applied;
+pub(crate) mod backlog;
 mod batch;
+pub(crate) mod fetched;
+pub(crate) mod flight;
+pub(crate) mod grace;
+pub(crate) mod stale;
 
 pub(crate) use batch::{BatchLoader, batch_loader, batch_loader_with_ttl};
 
@@ -248,7 +255,7 @@ pub(crate) fn open<T: Declared>(spec: &'static TableSpec, shared: &Shared) -> Op
         backlog_kick: Arc::clone(&shared.backlog_kick),
         failsafe: Failsafe::new(spec.stale_if_error_ms),
         #[cfg(feature = "metrics")]
-        metrics: crate::export::Keys::new(spec.name, shared.metrics_node.as_ref()),
+        metrics: crate::report::metrics::Keys::new(spec.name, shared.metrics_node.as_ref()),
         batch,
     }))
 }
@@ -309,7 +316,7 @@ pub(crate) struct Table<T> {
     failsafe: Failsafe,
     /// The keys of the table's metrics.
     #[cfg(feature = "metrics")]
-    metrics: crate::export::Keys,
+    metrics: crate::report::metrics::Keys,
     /// The loader of many ids at once, if the builder was given one
     /// (see [`batch`]).
     batch: Option<BatchLoader<T>>,
@@ -1163,7 +1170,7 @@ impl<T: Cached> AnyTable for Table<T> {
             .swept
             .fetch_add(swept as u64, std::sync::atomic::Ordering::Relaxed);
         Counters::bump(&self.counters.sweeps);
-        self.applied.prune(crate::mint::unix_ms());
+        self.applied.prune(crate::entity::mint::unix_ms());
         self.failsafe.prune(self.clock.now_ms());
     }
 

@@ -4,8 +4,8 @@ use std::fmt;
 use std::ops::Deref;
 use std::sync::Arc;
 
-use crate::id::RawId;
-use crate::spec::Cached;
+use crate::entity::id::RawId;
+use crate::entity::spec::Cached;
 
 /// Where a fetched value came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -11,11 +11,11 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use crate::entity::id::Id;
+use crate::entity::spec::Cached;
 use crate::error::Error;
-use crate::fetched::Fetched;
-use crate::id::Id;
-use crate::spec::Cached;
 use crate::table::Table;
+use crate::table::fetched::Fetched;
 
 type Miss<T> = Pin<Box<dyn Future<Output = Result<Fetched<T>, Error>> + Send>>;
 

@@ -17,9 +17,9 @@ use redis::Script;
 use tokio::sync::watch;
 
 use crate::connections::{Lane, Server};
+use crate::entity::mint::{MAX_NODE, Minter, random_node};
 use crate::keyspace;
-use crate::mint::{MAX_NODE, Minter, random_node};
-use crate::roster::Readiness;
+use crate::report::roster::Readiness;
 
 /// How long a claim lives unless renewed.
 pub(crate) const LEASE: Duration = Duration::from_secs(30);

@@ -17,7 +17,7 @@ use std::time::Duration;
 use scc::HashMap;
 
 use crate::clock::millis;
-use crate::mint::{EPOCH_MS, unix_ms_of_payload};
+use crate::entity::mint::{EPOCH_MS, unix_ms_of_payload};
 
 /// How long an applied version is remembered after it was minted.
 pub(crate) const RETAIN: Duration = Duration::from_secs(60);

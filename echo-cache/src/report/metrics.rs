@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use metrics::{Key, Label, Level, Metadata, SharedString, Unit};
 
-use crate::stats::Stats;
+use crate::report::stats::Stats;
 
 /// How often the maintenance thread publishes every table's counters.
 pub(crate) const PUBLISH_EVERY: Duration = Duration::from_secs(1);

@@ -6,7 +6,7 @@ use std::fmt;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::kind::Kind;
+use crate::entity::kind::Kind;
 
 /// How a table's rows are kept coherent across nodes.
 ///

@@ -1,7 +1,7 @@
 //! The live roster of a cache: each table's spec, counters and health.
 
-use crate::spec::TableSpec;
-use crate::stats::Stats;
+use crate::entity::spec::TableSpec;
+use crate::report::stats::Stats;
 
 /// How a table is doing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
