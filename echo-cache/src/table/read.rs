@@ -1,0 +1,312 @@
+//! Steps 1–3 of the data path: the hit, the miss that joins or starts the
+//! flight of its key, and the flight's resolution within its deadline (L2,
+//! then the loader) down to the fill it writes to L2.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::runtime::Handle;
+use tokio::sync::watch;
+
+use super::{Detachable, Joining, Landing, Loaded, Table};
+use crate::clock::millis;
+use crate::entity::id::{Id, RawId};
+use crate::entity::mint::Minter;
+use crate::entity::spec::{Cached, Coherence};
+use crate::error::Error;
+use crate::l1::Live;
+use crate::l1::epoch;
+use crate::l2::{Found, Write};
+use crate::report::stats::Counters;
+use crate::table::fetched::{Fetched, Source};
+use crate::table::flight::Joined;
+use crate::table::stale::Fallback;
+
+/// The longest pause before a failed refresh may be tried again
+/// ([`Table::refresh_retry`]).
+const REFRESH_RETRY_MAX_MS: u64 = 1_000;
+
+impl<T: Cached> Table<T> {
+    /// Step 1: the answer of a live L1 row, if there is one.
+    #[allow(clippy::inline_always)] // the hot path: see `Fetch::poll`
+    #[inline(always)]
+    pub(crate) fn hit(&self, key: u64) -> Option<Result<Fetched<T>, Error>> {
+        let pin = epoch::pin();
+        let now = self.clock.now_ms();
+        let live = self
+            .rows
+            .get(&pin, key, now, |version| self.refresh(key, version))?;
+        self.hits.incr(pin.index());
+        Some(self.answer(key, live))
+    }
+
+    /// Starts the refresh of `key`, whose row a hit found due, unless a
+    /// flight of `key` is under way: a flight on the cache's runtime (the
+    /// current one if it has none) that no caller waits for. Without a
+    /// runtime the row is not refreshed, and dies as it would have.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn refresh(&self, key: u64, version: u64) {
+        let runtime = self.runtime.clone().or_else(|| Handle::try_current().ok());
+        let (Some(table), Some(runtime)) = (self.me.upgrade(), runtime) else {
+            return;
+        };
+        let mut sender = None;
+        let joined = self.flights.join(
+            key,
+            || None::<()>,
+            |_| (),
+            || {
+                let (answer, waiters) = watch::channel(None);
+                sender = Some(answer);
+                (waiters, ())
+            },
+        );
+        let Joined::Leader(token, ()) = joined else {
+            return;
+        };
+        Counters::bump(&self.counters.refreshes);
+        Counters::bump(&self.counters.running);
+        let sender = sender.take().expect("a new flight's sender");
+        let mut landing = Landing::new(table, key, token, sender);
+        landing.refreshing = Some(version);
+        runtime.spawn(landing.launch());
+    }
+
+    /// How long after a failed refresh a read may start the row's refresh
+    /// again: a quarter of `refresh_ms`, at most 1 s, so that several tries
+    /// fit before the row dies, and a failing loader is called at most once
+    /// a pause for each id.
+    pub(super) fn refresh_retry(&self) -> Duration {
+        Duration::from_millis((self.spec.refresh_ms / 4).clamp(1, REFRESH_RETRY_MAX_MS))
+    }
+
+    /// The answer of a live L1 row: its value, or the remembered absence.
+    #[inline]
+    pub(super) fn answer(&self, key: u64, live: Live<T>) -> Result<Fetched<T>, Error> {
+        match live.value {
+            Some(value) => Ok(Fetched::new(value, Source::Hit, live.version)),
+            None => Err(self.not_found(key)),
+        }
+    }
+
+    /// How a miss of `key` meets the flights, counted: answered from L1 (a
+    /// flight landed since the miss), joined to the flight under way, or
+    /// leading a new one (not launched yet).
+    pub(super) fn join(self: &Arc<Self>, key: u64) -> Joining<T> {
+        let mut sender = None;
+        let joined = self.flights.join(
+            key,
+            || self.hit(key),
+            watch::Receiver::clone,
+            || {
+                let (answer, waiters) = watch::channel(None);
+                sender = Some(answer);
+                (waiters.clone(), waiters)
+            },
+        );
+        match joined {
+            Joined::Cached(hit) => Joining::Cached(hit),
+            Joined::Follower(answer) => {
+                self.counters.coalesced.incr(epoch::pin().index());
+                Joining::Follower(answer)
+            }
+            Joined::Leader(token, answer) => {
+                Counters::bump(&self.counters.flights);
+                Counters::bump(&self.counters.running);
+                let sender = sender.take().expect("a new flight's sender");
+                Joining::Leader(Landing::new(Arc::clone(self), key, token, sender), answer)
+            }
+        }
+    }
+
+    /// Step 2: answers from L1 if a flight landed since the caller's miss,
+    /// else joins or starts the flight of `key` and waits for its answer
+    /// (at most `timeout`).
+    pub(crate) async fn miss(
+        self: Arc<Self>,
+        key: u64,
+        timeout: Option<Duration>,
+    ) -> Result<Fetched<T>, Error> {
+        let current = Handle::try_current().ok();
+        let in_runtime = current.is_some();
+        let runtime = current
+            .or_else(|| self.runtime.clone())
+            .ok_or(Error::NoRuntime)?;
+        let (mut answer, flight) = match self.join(key) {
+            Joining::Cached(hit) => return hit,
+            Joining::Follower(answer) => (answer, None),
+            Joining::Leader(landing, answer) => {
+                let flight = Detachable::new(landing.launch(), runtime.clone());
+                if in_runtime {
+                    (answer, Some(flight))
+                } else {
+                    // Outside the runtime the flight cannot run here:
+                    // dropping it hands it to the runtime.
+                    drop(flight);
+                    (answer, None)
+                }
+            }
+        };
+        let landed = async {
+            // The leader drives the flight in its own task (no hop to another
+            // thread); if it gives up first, the flight goes on detached.
+            if let Some(flight) = flight {
+                flight.await;
+            }
+            match answer.wait_for(Option::is_some).await {
+                Ok(answer) => answer.clone().expect("waited for Some"),
+                // Unreachable while `Landing` answers on drop; never hang anyway.
+                Err(_) => Err(self.crashed("the flight ended without an answer")),
+            }
+        };
+        self.wait(landed, timeout, &runtime).await
+    }
+
+    pub(super) async fn wait(
+        &self,
+        landed: impl Future<Output = Result<Fetched<T>, Error>>,
+        timeout: Option<Duration>,
+        runtime: &Handle,
+    ) -> Result<Fetched<T>, Error> {
+        match timeout {
+            None => landed.await,
+            Some(after) => {
+                // The timer is the runtime's: a fetch from outside any
+                // runtime (see `Builder::runtime`) has none of its own.
+                let timed = {
+                    let _entered = runtime.enter();
+                    tokio::time::timeout(after, landed)
+                };
+                timed.await.unwrap_or(Err(Error::Timeout {
+                    table: self.spec.name,
+                    after,
+                }))
+            }
+        }
+    }
+
+    /// Step 3: L2, then the loader; a `refresh`, the loader only. On the
+    /// way, gathers in `fallback` what may answer if the loader fails
+    /// (`stale_if_error_ms`), and skips the loader if it failed on `key` a
+    /// moment ago and there is a fallback.
+    pub(super) async fn resolve(
+        &self,
+        key: u64,
+        refresh: bool,
+        fallback: &mut Fallback<T>,
+    ) -> Result<Loaded<T>, Error> {
+        let stale = self.failsafe.enabled() && self.verified();
+        if stale && let Some(dead) = self.rows.stale(key, self.clock.now_ms()) {
+            fallback.offer(dead.value.expect("a value"), dead.version);
+        }
+        let mut over_bad = false;
+        let mut l2_left = self.l2_timeout();
+        if let Some(tier) = self.tier.as_ref().filter(|_| !refresh) {
+            let reading = Instant::now();
+            let found = tier.read(key, &self.counters).await;
+            l2_left = l2_left.saturating_sub(reading.elapsed());
+            match found {
+                // A frame older than an applied invalidation is stale (its
+                // conditional drop did not reach L2): load instead.
+                Found::Value(version, value, left_ms)
+                    if !self.applied.overtakes(key, version.payload()) =>
+                {
+                    let fetched = Fetched::new(Arc::new(value), Source::L2, version.payload());
+                    let deadline = self.deadline(left_ms);
+                    return Ok(Loaded { fetched, deadline });
+                }
+                Found::Expired(version, value)
+                    if stale && !self.applied.overtakes(key, version.payload()) =>
+                {
+                    fallback.offer(Arc::new(value), version.payload());
+                }
+                Found::Tombstone(version) => fallback.invalidated(version.payload()),
+                Found::Bad => over_bad = true,
+                Found::Failed if self.buried_in_l2() => fallback.unproven(),
+                _ => {}
+            }
+        }
+        if fallback.is_some()
+            && let Some(failed) = self.failsafe.backing_off(key, self.clock.now_ms())
+        {
+            fallback.backoff = true;
+            return Err(failed);
+        }
+        self.load(key, over_bad, l2_left).await
+    }
+
+    /// Whether other nodes' invalidations reach this table only as L2's
+    /// tombstones (`none`, with L2): a value L1 kept past its expiry may
+    /// then be served stale only once L2 has answered without burying it.
+    pub(super) fn buried_in_l2(&self) -> bool {
+        self.tier.is_some() && self.spec.coherence == Coherence::None
+    }
+
+    /// Step 3's second half: the loader, whose value is written to L2
+    /// (`over_bad`: over the bad frame L2 held; the answer waits for that
+    /// write at most `l2_left`, what the flight's read left of the L2
+    /// timeout).
+    pub(super) async fn load(
+        &self,
+        key: u64,
+        over_bad: bool,
+        l2_left: Duration,
+    ) -> Result<Loaded<T>, Error> {
+        let loader = self.loader.as_ref().ok_or(Error::NoLoader {
+            table: self.spec.name,
+        })?;
+        // Minted before the system of record is read, so it orders the read
+        // against writes: L2 refuses the fill if an invalidation newer than
+        // it is there (every mode, `none` included).
+        let version = Minter::global().mint_raw(T::KIND);
+        match loader(Id::from_payload(key)).await {
+            Ok(Some((value, ttl))) => {
+                let deadline = self.deadline(ttl.map_or(u64::MAX, millis));
+                Ok(self
+                    .fill(key, version, value, deadline, over_bad, l2_left)
+                    .await)
+            }
+            Ok(None) => Err(self.not_found(key)),
+            Err(source) => Err(Error::Load {
+                table: self.spec.name,
+                source: Arc::from(source),
+            }),
+        }
+    }
+
+    /// A loaded `value`, minted `version` before the load, living until
+    /// `deadline` at most (`u64::MAX`: as the table says): written to L2,
+    /// answered as a fill. The answer waits for the write at most `l2_left`
+    /// (the flight's L2 time is one L2 timeout, its read's and its write's):
+    /// past that the write goes on as a task of its own.
+    pub(super) async fn fill(
+        &self,
+        key: u64,
+        version: RawId,
+        value: T,
+        deadline: u64,
+        over_bad: bool,
+        l2_left: Duration,
+    ) -> Loaded<T> {
+        let value = Arc::new(value);
+        if let Some(table) = self.me.upgrade().filter(|table| table.tier.is_some()) {
+            let life_ms = deadline.saturating_sub(self.clock.now_ms());
+            let (write, ttl_ms) = (Write::Fill { over_bad }, self.l2_ttl_ms(life_ms));
+            let value = Arc::clone(&value);
+            let mut written = Box::pin(async move {
+                let tier = table.tier.as_ref().expect("filtered");
+                // A fill the server did not take is only a lost chance to
+                // share it (counted): nothing to deliver later.
+                let written = tier.write(key, &version, &value, ttl_ms, write, &table.counters);
+                let _ = written.await;
+            });
+            if tokio::time::timeout(l2_left, &mut written).await.is_err() {
+                tokio::spawn(written);
+            }
+        }
+        let fetched = Fetched::new(value, Source::Fill, version.payload());
+        Loaded { fetched, deadline }
+    }
+}
