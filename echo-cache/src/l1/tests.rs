@@ -2,7 +2,10 @@
 //! readers against writers under Miri and loom.
 
 use super::*;
+use crate::l1::array::{ARRAY_ALIGN, start, tag, untag};
 use crate::l1::epoch;
+use crate::l1::expiry::expiry;
+use crate::l1::slot::MAX_EXPIRY;
 use std::sync::atomic::AtomicBool;
 
 /// A table that evicts nothing when full.

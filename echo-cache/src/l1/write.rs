@@ -1,0 +1,319 @@
+//! The write side of L1: inserts, rebuilds, removals and sweeps, each
+//! under its shard's lock, which readers never touch; what a write unlinks
+//! is retired to the epochs, freed once no reader can hold it.
+
+use std::hash::BuildHasher;
+use std::ptr;
+use std::sync::Arc;
+
+use super::evict::Room;
+use super::{
+    Array, REFRESHING, Row, Rows, SEQ_BITS, Shard, Tally, absent, capacity_for, into_raw, is_row,
+    mark_of, moved_hand, shard_of, tombstone,
+};
+use crate::entity::spec::Eviction;
+use crate::sync::MutexGuard;
+use crate::sync::Ordering::{Relaxed, Release};
+
+/// What became of a row to insert.
+pub(super) enum Insert<T> {
+    Kept,
+    Declined(Row<T>),
+    /// See [`Room::Elsewhere`].
+    Elsewhere(Row<T>, u8),
+}
+
+impl<T> Rows<T> {
+    pub(super) fn reserve(&self) -> bool {
+        let reserved = self.size.fetch_update(Relaxed, Relaxed, |size| {
+            (size < self.max_size).then_some(size + 1)
+        });
+        if reserved.is_ok_and(|size| size + 1 == self.marking_from) {
+            self.start_marking();
+        }
+        reserved.is_ok()
+    }
+
+    /// Drops the value a row held once no reader can hold it.
+    pub(super) fn retire(&self, value: *mut T) {
+        unsafe fn drop_arc<T>(value: *mut ()) {
+            // SAFETY: retired once, and it came from `Arc::into_raw`.
+            drop(unsafe { Arc::from_raw(value.cast::<T>()) });
+        }
+        if is_row(value) && value != absent() {
+            // SAFETY: the slot no longer holds `value`, so no reader that
+            // pins from now on can load it.
+            unsafe { self.garbage.retire(value.cast(), drop_arc::<T>) };
+        }
+    }
+
+    /// Inserts or replaces the row of `key`. A new row needs room: in a
+    /// full table the place of a colder row ([`Eviction::Hot`]), which it
+    /// may not earn; then, or if the table evicts nothing, the row comes
+    /// back (the value was served, not kept). Call
+    /// [`make_room`](Self::make_room) first, and
+    /// [`collect_if_due`](Self::collect_if_due) after, outside any lock.
+    pub(crate) fn insert(&self, key: u64, row: Row<T>, now: u64) -> Result<(), Row<T>> {
+        let hash = self.hasher.hash_one(key);
+        match self.insert_hashed(key, hash, row, now, true) {
+            Insert::Kept => Ok(()),
+            Insert::Declined(row) => Err(row),
+            // The key's shard, short of its share of rows, has none to give
+            // up: a row of another shard, then a reservation.
+            Insert::Elsewhere(row, estimate) => {
+                if !self.evict_elsewhere(shard_of(hash), estimate, now) {
+                    return Err(row);
+                }
+                match self.insert_hashed(key, hash, row, now, false) {
+                    Insert::Kept => Ok(()),
+                    Insert::Declined(row) | Insert::Elsewhere(row, _) => Err(row),
+                }
+            }
+        }
+    }
+
+    /// [`insert`](Self::insert) within the key's shard; `count`: count the
+    /// key in the shard's sketch (not again when trying a second time).
+    pub(super) fn insert_hashed(
+        &self,
+        key: u64,
+        hash: u64,
+        row: Row<T>,
+        now: u64,
+        count: bool,
+    ) -> Insert<T> {
+        let shard = &self.shards[shard_of(hash)];
+        let mut tally = shard.lock();
+        let array = shard.array(&tally);
+        let found = array
+            .as_ref()
+            .and_then(|array| match array.find(key, hash) {
+                (i, true) => Some(i),
+                (_, false) => None,
+            });
+        if let (Some(array), Some(i)) = (&array, found) {
+            let slot = &array.slots()[i];
+            let old = slot.value.load(Relaxed);
+            if is_row(old) {
+                // A replacement: no room needed. The read bit stays; the
+                // new row's refresh is not started.
+                let mark = slot.mark() & !REFRESHING | self.refresh_mark(&row);
+                slot.write(into_raw(row.value), row.version, row.expires_at, mark);
+                self.retire(old);
+                return Insert::Kept;
+            }
+        }
+        match self.room(&mut tally, array.as_ref(), key, hash, now, count) {
+            Room::Made => {}
+            Room::Declined => return Insert::Declined(row),
+            Room::Elsewhere(estimate) => return Insert::Elsewhere(row, estimate),
+        }
+        if let (Some(array), Some(i)) = (&array, found) {
+            // The key's own tombstone.
+            let mark = self.refresh_mark(&row);
+            array.slots()[i].write(into_raw(row.value), row.version, row.expires_at, mark);
+            tally.rows += 1;
+            return Insert::Kept;
+        }
+        let capacity = array.as_ref().map_or(0, Array::capacity);
+        let array = if self.crowded(tally.claimed + 1, capacity) {
+            let rows = tally.rows + 1;
+            self.rebuild(shard, &mut tally, rows)
+        } else {
+            array.expect("a shard with capacity has an array")
+        };
+        let (slot, _) = array.probe(key, hash);
+        let mark = self.refresh_mark(&row);
+        slot.claim(key, into_raw(row.value), row.version, row.expires_at, mark);
+        tally.claimed += 1;
+        tally.rows += 1;
+        Insert::Kept
+    }
+
+    /// Slots for an array of `rows` rows: four times them, to grow into,
+    /// but no more than a shard's share of `max_size` needs, and at least
+    /// 8/5 of them (62.5 % full: room for the tombstones a full table's
+    /// evictions leave, an eighth of the slots, before the next rebuild
+    /// sweeps them).
+    pub(super) fn slots_for(&self, rows: usize) -> usize {
+        capacity_for((rows * 4).min(self.full_slots()).max(rows * 8 / 5 + 1))
+    }
+
+    /// The slots a shard's array needs once the table is full: 8/5 of its
+    /// share.
+    pub(super) fn full_slots(&self) -> usize {
+        self.share.saturating_mul(8) / 5
+    }
+
+    /// Whether an array of `capacity` slots is to be rebuilt rather than
+    /// have `claimed` of them claimed: past half while it is smaller than
+    /// a full table's, past three quarters from that size. A hit's probe
+    /// is short in a table below its bound (a shard's array is at most
+    /// half claimed, twice to four times its rows: 64 to 128 B a row), and
+    /// a full table is as small as its memory target needs (62.5 to 75 %
+    /// claimed: about 1.5 probes a hit).
+    pub(super) fn crowded(&self, claimed: usize, capacity: usize) -> bool {
+        // A slot count below `full_slots` is below the full array's, the
+        // least slot count of at least it.
+        if capacity < self.full_slots() {
+            claimed * 2 > capacity
+        } else {
+            claimed * 4 > capacity * 3
+        }
+    }
+
+    /// Moves the rows of `shard` (marks and all) to a new array with room
+    /// for `rows` rows.
+    pub(super) fn rebuild(
+        &self,
+        shard: &Shard<T>,
+        tally: &mut MutexGuard<'_, Tally>,
+        rows: usize,
+    ) -> Array<T> {
+        let new = Array::new(self.slots_for(rows));
+        let old = shard.array(tally);
+        // A shard's first array (or its first since it emptied): the hand
+        // starts at its first slot.
+        let hand = std::mem::take(&mut tally.hand);
+        if let Some(old) = &old {
+            for slot in old.slots() {
+                let value = slot.value.load(Relaxed);
+                if is_row(value) {
+                    let key = slot.key.load(Relaxed);
+                    let (i, _) = new.find(key, self.hasher.hash_one(key));
+                    let (version, stamp) = (slot.version.load(Relaxed), slot.stamp.load(Relaxed));
+                    new.slots()[i].claim(key, value, version, stamp >> SEQ_BITS, mark_of(stamp));
+                }
+            }
+            // Slots keep the order of their hashes: the hand keeps its place.
+            tally.hand = moved_hand(hand, old.capacity(), new.capacity());
+        }
+        tally.claimed = tally.rows;
+        shard.array.store(new.tagged(), Release);
+        if let Some(old) = old {
+            self.retire_array(&old);
+        }
+        new
+    }
+
+    /// Drops the array of a shard left without rows.
+    pub(super) fn empty(&self, shard: &Shard<T>, tally: &mut MutexGuard<'_, Tally>) {
+        if let Some(old) = shard.array(tally) {
+            shard.array.store(ptr::null_mut(), Release);
+            tally.claimed = 0;
+            self.retire_array(&old);
+        }
+    }
+
+    /// Frees an unpublished array (not the values it points to, which moved
+    /// or were retired) once no reader can hold it.
+    pub(super) fn retire_array(&self, old: &Array<T>) {
+        unsafe fn free_array<T>(tagged: *mut ()) {
+            // SAFETY: retired once, tagged by `Array::tagged`.
+            unsafe { Array::<T>::from_tagged(tagged.cast()).map(|array| array.free()) };
+        }
+        // SAFETY: the caller unpublished it.
+        unsafe { self.garbage.retire(old.tagged().cast(), free_array::<T>) };
+    }
+
+    /// Removes the row of `key` if it is older than `version` (any row
+    /// when `version` is `None`); whether it did. Call
+    /// [`collect_if_due`](Self::collect_if_due) after, outside any lock.
+    pub(crate) fn remove_older(&self, key: u64, version: Option<u64>) -> bool {
+        let (shard, hash) = self.locate(key);
+        let mut tally = shard.lock();
+        let Some(array) = shard.array(&tally) else {
+            return false;
+        };
+        let (slot, found) = array.probe(key, hash);
+        let value = slot.value.load(Relaxed);
+        if !found || !is_row(value) || version.is_some_and(|v| slot.version.load(Relaxed) >= v) {
+            return false;
+        }
+        slot.write(tombstone(), 0, 0, 0);
+        self.retire(value);
+        tally.rows -= 1;
+        self.size.fetch_sub(1, Relaxed);
+        true
+    }
+
+    /// Removes the rows whose expiry `dead` picks; how many.
+    pub(super) fn remove_where(&self, dead: impl Fn(u64) -> bool) -> usize {
+        let mut removed = 0;
+        for shard in &self.shards {
+            let mut tally = shard.lock();
+            let Some(array) = shard.array(&tally) else {
+                continue;
+            };
+            for slot in array.slots() {
+                let value = slot.value.load(Relaxed);
+                if is_row(value) && dead(slot.expires_at()) {
+                    slot.write(tombstone(), 0, 0, 0);
+                    self.retire(value);
+                    tally.rows -= 1;
+                    removed += 1;
+                }
+            }
+            // No rows: free the slots. More tombstones than rows: shrink,
+            // and shorten the probes.
+            if tally.rows == 0 {
+                self.empty(shard, &mut tally);
+            } else if tally.claimed - tally.rows > tally.rows {
+                let rows = tally.rows;
+                self.rebuild(shard, &mut tally, rows);
+            }
+        }
+        self.size.fetch_sub(removed, Relaxed);
+        removed
+    }
+
+    /// Removes every row dead at `now` for longer than the grace; how
+    /// many.
+    pub(crate) fn sweep(&self, now: u64) -> usize {
+        let grace = self.grace;
+        let swept = self.remove_where(|expires_at| now >= expires_at.saturating_add(grace));
+        self.garbage.collect();
+        swept
+    }
+
+    /// Removes every row. Call [`collect_if_due`](Self::collect_if_due)
+    /// after, outside any lock.
+    pub(crate) fn clear(&self) {
+        self.remove_where(|_| true);
+    }
+
+    /// Frees what writers removed, once no reader can hold it. Runs the
+    /// values' destructors: never call it under a lock.
+    pub(crate) fn collect(&self) {
+        self.garbage.collect();
+    }
+
+    /// [`collect`](Self::collect)s if writers retired enough since the
+    /// last collection. Never call it under a lock.
+    pub(crate) fn collect_if_due(&self) {
+        self.garbage.collect_if_due();
+    }
+
+    /// When a table that evicts nothing ([`Eviction::None`]) is full,
+    /// reclaims its dead rows (at most once every few milliseconds).
+    /// Returns how many it reclaimed.
+    pub(crate) fn make_room(&self, now: u64) -> usize {
+        // A table that evicts takes dead rows first, as its hand meets them.
+        if self.eviction != Eviction::None || !self.is_full() {
+            return 0;
+        }
+        let last = self.last_reclaim.load(Relaxed);
+        if now.saturating_sub(last) < self.reclaim_every_ms
+            || self
+                .last_reclaim
+                .compare_exchange(last, now, Relaxed, Relaxed)
+                .is_err()
+        {
+            return 0;
+        }
+        // Dead rows go, in their grace or not: the table needs room.
+        let reclaimed = self.remove_where(|expires_at| now >= expires_at);
+        self.garbage.collect();
+        reclaimed
+    }
+}
