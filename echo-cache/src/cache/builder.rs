@@ -1,0 +1,712 @@
+//! Building a cache: the [`Builder`]'s settings, checked, and `build`,
+//! which opens one table per declaration and starts the node's tasks and
+//! maintenance thread.
+
+use std::any::{Any, TypeId};
+use std::collections::HashMap;
+use std::future::Future;
+use std::ptr::NonNull;
+use std::sync::mpsc::{self};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::runtime::Handle;
+use tokio::sync::watch;
+
+use super::directory::DECLARATIONS;
+use super::maintenance::spawn_maintenance;
+use super::tasks::Tasks;
+use super::{Cache, Inner, Place, directory};
+use crate::clock::Clock;
+use crate::coherence::link;
+use crate::connections::{Address, Server};
+use crate::entity::id::Id;
+use crate::entity::spec::{Cached, TableSpec};
+use crate::error::{BoxError, Error};
+use crate::l2::Codec;
+use crate::report::roster::Readiness;
+use crate::table::{self, Loader, Shared};
+
+/// Builds a [`Cache`]: loaders, clock, timeouts.
+pub struct Builder {
+    loaders: HashMap<TypeId, Box<dyn Any + Send>>,
+    /// Batch loaders, by `TypeId`, each a `BatchLoader<T>`.
+    batch_loaders: HashMap<TypeId, Box<dyn Any + Send>>,
+    codecs: HashMap<TypeId, Box<dyn Any + Send>>,
+    clock: Clock,
+    fetch_timeout: Option<Duration>,
+    load_timeout: Duration,
+    runtime: Option<Handle>,
+    l2: Option<Address>,
+    /// Root certificates (PEM) a `rediss://` L2 trusts instead of the
+    /// system's; set only with the `tls` feature.
+    l2_tls_root: Option<Vec<u8>>,
+    l2_timeout: Duration,
+    l2_probe_every: Duration,
+    max_value_bytes: usize,
+    tombstone_ttl: Duration,
+    coherence_ping_every: Duration,
+    node_name: Option<String>,
+    backlog_limit: usize,
+}
+
+impl Default for Builder {
+    fn default() -> Builder {
+        Builder {
+            loaders: HashMap::new(),
+            batch_loaders: HashMap::new(),
+            codecs: HashMap::new(),
+            clock: Clock::system(),
+            fetch_timeout: Some(Builder::DEFAULT_FETCH_TIMEOUT),
+            load_timeout: Builder::DEFAULT_LOAD_TIMEOUT,
+            runtime: None,
+            l2: None,
+            l2_tls_root: None,
+            l2_timeout: Builder::DEFAULT_L2_TIMEOUT,
+            l2_probe_every: Builder::DEFAULT_L2_PROBE_EVERY,
+            max_value_bytes: Builder::DEFAULT_MAX_VALUE_BYTES,
+            tombstone_ttl: Builder::DEFAULT_TOMBSTONE_TTL,
+            coherence_ping_every: Builder::DEFAULT_COHERENCE_PING_EVERY,
+            node_name: None,
+            backlog_limit: Builder::DEFAULT_BACKLOG_LIMIT,
+        }
+    }
+}
+
+impl Builder {
+    /// How long a fetch waits for its flight unless told otherwise.
+    pub const DEFAULT_FETCH_TIMEOUT: Duration = Duration::from_secs(10);
+    /// The deadline of a flight unless told otherwise (here or by the
+    /// table's `load_timeout_ms`).
+    pub const DEFAULT_LOAD_TIMEOUT: Duration = Duration::from_secs(30);
+    /// How long one L2 operation may take before the fetch goes on without
+    /// it, unless told otherwise.
+    pub const DEFAULT_L2_TIMEOUT: Duration = Duration::from_millis(50);
+    /// How often a server that stopped answering is probed, unless told
+    /// otherwise.
+    pub const DEFAULT_L2_PROBE_EVERY: Duration = Duration::from_secs(1);
+    /// The largest L2 frame written, unless told otherwise: 1 MiB.
+    pub const DEFAULT_MAX_VALUE_BYTES: usize = 1 << 20;
+    /// How long the L2 tombstone of an invalidation lives, unless told
+    /// otherwise.
+    pub const DEFAULT_TOMBSTONE_TTL: Duration = Duration::from_secs(60);
+
+    /// How many ids a table keeps for delivery while the server is away,
+    /// unless told otherwise.
+    pub const DEFAULT_BACKLOG_LIMIT: usize = 100_000;
+
+    /// How often the coherence link checks that its connection is alive,
+    /// unless told otherwise; a PING unanswered for as long loses the link.
+    pub const DEFAULT_COHERENCE_PING_EVERY: Duration = Duration::from_millis(500);
+
+    /// How often the coherence link of `tracking` and `broadcast` tables
+    /// PINGs the server, and how long it waits for the PONG
+    /// ([`DEFAULT_COHERENCE_PING_EVERY`](Self::DEFAULT_COHERENCE_PING_EVERY)
+    /// unless set). A link that misses the deadline is lost: its tables'
+    /// L1 is flushed and bypassed until it is back. This bounds how long a
+    /// half-open connection can hide missed invalidations.
+    #[must_use]
+    pub fn coherence_ping_every(mut self, every: Duration) -> Builder {
+        self.coherence_ping_every = every;
+        self
+    }
+
+    /// How many ids each table keeps while the L2 server is away
+    /// ([`DEFAULT_BACKLOG_LIMIT`](Self::DEFAULT_BACKLOG_LIMIT) unless set):
+    /// a `put` or `invalidate` whose L2 part or announcement the server did
+    /// not take is kept (the newest version per id, at most 40 bytes an id)
+    /// and delivered, in version order, once the server is back. Past the
+    /// limit, a table keeps one table-wide invalidation instead: when it is
+    /// delivered every node flushes the table's L1, and every L2 frame of
+    /// the table older than it is replaced by a tombstone.
+    #[must_use]
+    pub fn backlog_limit(mut self, ids: usize) -> Builder {
+        self.backlog_limit = ids;
+        self
+    }
+
+    /// The name of this node, stable across its restarts: `durable` tables
+    /// read their invalidation streams through a consumer group of this name,
+    /// so a node that was away catches up on what it missed. Without one, a
+    /// name unique to this process is made up, and a restarted node starts
+    /// from the newest messages.
+    ///
+    /// A node name is 1 to 64 ASCII letters, digits, `-`, `_` and `.` (no
+    /// spaces: it names a consumer group and a client). [`build`](Self::build)
+    /// refuses any other with [`Error::Config`], naming what is wrong.
+    ///
+    /// ```standalone_crate
+    /// use echo_cache::{Cache, Error};
+    ///
+    /// let refused = Cache::builder().node_name("web 1").build();
+    /// assert!(matches!(refused, Err(Error::Config(why)) if why.contains("' ' is not allowed")));
+    /// assert!(Cache::builder().node_name("web-1.eu_west").build().is_ok());
+    /// ```
+    #[must_use]
+    pub fn node_name(mut self, name: impl Into<String>) -> Builder {
+        self.node_name = Some(name.into());
+        self
+    }
+
+    /// How long the L2 tombstone of an invalidation of a versioned table
+    /// lives ([`DEFAULT_TOMBSTONE_TTL`](Self::DEFAULT_TOMBSTONE_TTL) unless
+    /// set). While it lives, no fill older than the invalidation can write
+    /// L2; a fill whose version is older than half of it does not write L2
+    /// at all. Set it well above your slowest loader.
+    #[must_use]
+    pub fn tombstone_ttl(mut self, ttl: Duration) -> Builder {
+        self.tombstone_ttl = ttl;
+        self
+    }
+
+    /// Puts every table behind the Valkey/Redis server at `url`:
+    /// `redis://[[user]:password@]host[:port][/db]`, or `rediss://…` for
+    /// TLS (with the `tls` feature). See the [crate docs](crate#l2).
+    ///
+    /// - `user:password` logs in as an ACL user (`AUTH user password`);
+    ///   `:password@` alone uses the `default` user (`requirepass`).
+    ///   Percent-encode reserved characters in either.
+    /// - `/db` selects a database (`SELECT db`, default 0) on every
+    ///   connection.
+    /// - `rediss://` verifies the server's certificate against the system's
+    ///   root certificates, or those given to `l2_tls_root` (`tls` feature).
+    ///
+    /// [`build`](Self::build) only checks the URL: the connection is made on
+    /// first use and remade by itself after a failure. A server that is
+    /// down, refuses the credentials or the database, or fails the TLS
+    /// handshake is an outage like any other: fetches go to the loader, no
+    /// error reaches the caller, and [`Stats::l2_errors`](crate::Stats::l2_errors) counts it (see the
+    /// [crate docs](crate#l2)). Without an L2 address the cache runs
+    /// L1-only.
+    #[must_use]
+    pub fn l2(mut self, url: impl Into<String>) -> Builder {
+        self.l2 = Some(Address::Server(url.into()));
+        self
+    }
+
+    /// Puts every table behind the Valkey/Redis Cluster that `seeds`
+    /// belong to: the URLs of some of its nodes (one is enough; more let the
+    /// cache start while one is down), each in the form [`l2`](Self::l2)
+    /// takes, sharing the scheme and the credentials. The cache discovers
+    /// the other nodes, routes each command to the owner of its slot, and
+    /// follows the cluster through resharding and failover (the `redis`
+    /// crate's cluster client).
+    ///
+    /// A table keeps its keys on one slot (`ecc:{<table>}:<id>`), so every
+    /// operation stays on one node, and every coherence mode works on a
+    /// cluster (see the [crate docs](crate#l2)).
+    ///
+    /// ```standalone_crate
+    /// use echo_cache::Cache;
+    ///
+    /// let cache = Cache::builder()
+    ///     .l2_cluster(["redis://127.0.0.1:7000", "redis://127.0.0.1:7001"])
+    ///     .build()?;
+    /// # Ok::<(), echo_cache::Error>(())
+    /// ```
+    #[must_use]
+    pub fn l2_cluster<S: Into<String>>(mut self, seeds: impl IntoIterator<Item = S>) -> Builder {
+        self.l2 = Some(Address::Cluster(
+            seeds.into_iter().map(Into::into).collect(),
+        ));
+        self
+    }
+
+    /// Trusts the root certificates in `pem` (one or more PEM
+    /// `CERTIFICATE` blocks), instead of the system's, to verify a
+    /// `rediss://` L2 server: for a server with a private CA. Needs the
+    /// `tls` feature; [`build`](Self::build) fails with [`Error::Config`] if
+    /// `pem` holds no certificate or the L2 address is not `rediss://`.
+    #[cfg(feature = "tls")]
+    #[must_use]
+    pub fn l2_tls_root(mut self, pem: impl Into<Vec<u8>>) -> Builder {
+        self.l2_tls_root = Some(pem.into());
+        self
+    }
+
+    /// How long one L2 operation may take before a fetch goes on without
+    /// it ([`DEFAULT_L2_TIMEOUT`](Self::DEFAULT_L2_TIMEOUT) unless set).
+    /// It bounds each try: on a cluster, an operation redirected while a
+    /// slot changes hands is tried again for up to 1 s (see
+    /// [Cluster](crate#cluster)).
+    #[must_use]
+    pub fn l2_timeout(mut self, timeout: Duration) -> Builder {
+        self.l2_timeout = timeout;
+        self
+    }
+
+    /// How often a server that stopped answering is probed
+    /// ([`DEFAULT_L2_PROBE_EVERY`](Self::DEFAULT_L2_PROBE_EVERY) unless set).
+    #[must_use]
+    pub fn l2_probe_every(mut self, every: Duration) -> Builder {
+        self.l2_probe_every = every;
+        self
+    }
+
+    /// The largest frame written to L2
+    /// ([`DEFAULT_MAX_VALUE_BYTES`](Self::DEFAULT_MAX_VALUE_BYTES) unless
+    /// set). Larger values are served and kept in L1 only, and counted
+    /// ([`Stats::oversized`](crate::Stats::oversized)).
+    #[must_use]
+    pub fn max_value_bytes(mut self, bytes: usize) -> Builder {
+        self.max_value_bytes = bytes;
+        self
+    }
+
+    /// Writes `T`'s L2 frames with `codec` instead of [`Postcard`](crate::Postcard).
+    #[must_use]
+    pub fn codec<T: Cached>(mut self, codec: impl Codec<T>) -> Builder {
+        let codec: Arc<dyn Codec<T>> = Arc::new(codec);
+        self.codecs.insert(TypeId::of::<T>(), Box::new(codec));
+        self
+    }
+
+    /// Sets the loader of `T`: the system of record, called once per herd
+    /// of misses that neither L1 nor L2 can answer. `Ok(None)` means the
+    /// entity does not exist ([`Error::NotFound`]).
+    ///
+    /// A loader given here overrides the one `T` declares
+    /// (`#[near_cache(..., loader = load_fn)]`), in this cache only: use it
+    /// for a loader that needs state the declaration cannot reach (a
+    /// connection pool, a client), or to replace the declared one in a
+    /// test. A table with neither is refused by [`build`](Self::build),
+    /// unless [`without_loader`](Self::without_loader) says it needs none.
+    #[must_use]
+    pub fn loader<T, F, Fut, E>(mut self, load: F) -> Builder
+    where
+        T: Cached,
+        F: Fn(Id<T>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Option<T>, E>> + Send + 'static,
+        E: Into<BoxError> + 'static,
+    {
+        let loader: Option<Loader<T>> = Some(table::loader(load));
+        self.loaders.insert(TypeId::of::<T>(), Box::new(loader));
+        self
+    }
+
+    /// Sets the loader of `T`, like [`loader`](Self::loader), for values
+    /// that know how long they may live: a session's remaining lifetime, a
+    /// token's expiry. `Ok(Some((value, ttl)))`: the value's L1 row and its
+    /// L2 key (`PX`) live at most `ttl`, and no longer than the declared
+    /// `ttl_ms` (a longer `ttl` is capped, and jittered as `ttl_ms` is).
+    /// A `ttl` shorter than `ttl_ms` is a deadline: it is jittered down
+    /// only, from `ttl − ttl·jitter` to `ttl`, so a cohort given one
+    /// deadline does not die together, and none outlives it. A row read
+    /// back from L2 lives no longer than what is left of its frame. The
+    /// deadline counts from the loader's answer: L1's coarse clock may read
+    /// a tick late, so such a row is kept to die a tick early, and the
+    /// clock ticks every 1% of the row's life (at least every millisecond)
+    /// until its deadline: no answer begins past it, but for the
+    /// maintenance thread being scheduled late (none in 1,600 answers of
+    /// 300 ms rows, two nodes, in the tests).
+    ///
+    /// A zero `ttl` is served, not kept. A row whose whole life is within
+    /// the table's `refresh_ms` is not refreshed ahead
+    /// ([Refresh-ahead](crate#refresh-ahead)). A writer gives a value its
+    /// TTL with [`Cache::put_with_ttl`].
+    /// The attribute's `loader = ...` takes a plain loader only: give a
+    /// loader of values with TTLs here.
+    ///
+    /// ```standalone_crate
+    /// use std::time::Duration;
+    /// use echo_cache::{near_cache, Cache, Clock, Id, Source};
+    ///
+    /// #[near_cache(kind = "SES", ttl_ms = 3_600_000, jitter = 0.0)]
+    /// #[derive(serde::Serialize, serde::Deserialize)]
+    /// struct Session { user: String }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), echo_cache::Error> {
+    /// let clock = Clock::manual();
+    /// let cache = Cache::builder()
+    ///     .clock(clock.clone())
+    ///     .loader_with_ttl(|_: Id<Session>| async {
+    ///         // This session ends in 5 minutes: cache it no longer.
+    ///         let session = Session { user: "ada".into() };
+    ///         Ok::<_, std::io::Error>(Some((session, Duration::from_secs(300))))
+    ///     })
+    ///     .build()?;
+    /// let id = Id::<Session>::mint();
+    /// cache.fetch(id).await?;
+    /// clock.advance(Duration::from_secs(299));
+    /// assert_eq!(cache.fetch(id).await?.source(), Source::Hit);
+    /// clock.advance(Duration::from_secs(1)); // its 5 minutes are up
+    /// assert_eq!(cache.fetch(id).await?.source(), Source::Fill);
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn loader_with_ttl<T, F, Fut, E>(mut self, load: F) -> Builder
+    where
+        T: Cached,
+        F: Fn(Id<T>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Option<(T, Duration)>, E>> + Send + 'static,
+        E: Into<BoxError> + 'static,
+    {
+        let loader: Option<Loader<T>> = Some(table::loader_with_ttl(load));
+        self.loaders.insert(TypeId::of::<T>(), Box::new(loader));
+        self
+    }
+
+    /// Sets the batch loader of `T`: the system of record, asked once for
+    /// all the ids a [`Cache::fetch_many`] could not answer from L1, a
+    /// flight or L2 (a `WHERE id = ANY($1)` query, say). It answers the
+    /// values it found, by id, as any `IntoIterator` of `(Id<T>, T)` (a
+    /// `Vec`, a `HashMap`); an id it leaves out is not found
+    /// ([`Error::NotFound`]), an id it was not asked for is ignored, and
+    /// of an id answered twice the first value is kept. Its error fails
+    /// every id of the call ([`Error::Load`]), as a loader's fails its id;
+    /// so does its panic ([`Error::FlightCrashed`]), and the table's load
+    /// timeout bounds the call as it bounds a flight.
+    ///
+    /// A table with a batch loader and no loader (neither given nor
+    /// declared) loads a [`fetch`](Cache::fetch)'s id as a batch of one.
+    /// Without a batch loader, `fetch_many` calls the loader once per id,
+    /// all at once. The batch loader is given the ids in the order of the
+    /// call, each once, and is never called with none.
+    ///
+    /// ```standalone_crate
+    /// use std::collections::HashMap;
+    /// use std::sync::atomic::{AtomicUsize, Ordering};
+    /// use echo_cache::{near_cache, Cache, Id};
+    ///
+    /// #[near_cache(kind = "USR", ttl_ms = 60_000)]
+    /// #[derive(serde::Serialize, serde::Deserialize)]
+    /// pub struct User { pub name: String }
+    ///
+    /// static QUERIES: AtomicUsize = AtomicUsize::new(0);
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), echo_cache::Error> {
+    /// let cache = Cache::builder()
+    ///     .loader_many(|ids: Vec<Id<User>>| async move {
+    ///         QUERIES.fetch_add(1, Ordering::Relaxed); // one query for all
+    ///         let found: HashMap<Id<User>, User> = (ids.into_iter())
+    ///             .filter(|id| id.payload() % 2 == 0) // odd ids do not exist
+    ///             .map(|id| (id, User { name: format!("user {id}") }))
+    ///             .collect();
+    ///         Ok::<_, std::io::Error>(found)
+    ///     })
+    ///     .build()?;
+    ///
+    /// let ids = (1..=10).map(Id::<User>::from_payload);
+    /// let users = cache.fetch_many(ids).await;
+    /// assert_eq!(QUERIES.load(Ordering::Relaxed), 1);
+    /// assert_eq!(users[1].as_ref().unwrap().name, format!("user {}", Id::<User>::from_payload(2)));
+    /// assert!(users[0].as_ref().is_err_and(|e| e.is_not_found()));
+    ///
+    /// // A single fetch of a table with only a batch loader: a batch of one.
+    /// let user = cache.fetch(Id::<User>::from_payload(12)).await?;
+    /// assert_eq!(QUERIES.load(Ordering::Relaxed), 2);
+    /// # let _ = user;
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn loader_many<T, F, Fut, R, E>(self, load: F) -> Builder
+    where
+        T: Cached,
+        F: Fn(Vec<Id<T>>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<R, E>> + Send + 'static,
+        R: IntoIterator<Item = (Id<T>, T)>,
+        E: Into<BoxError> + 'static,
+    {
+        self.batch_loader(table::batch_loader(load))
+    }
+
+    /// Sets the batch loader of `T`, like [`loader_many`](Self::loader_many),
+    /// for values that come with their own TTL, as with
+    /// [`loader_with_ttl`](Self::loader_with_ttl): each found value is
+    /// answered as `(id, (value, ttl))`, and its L1 row and L2 key live no
+    /// longer than `ttl` (nor than the table's `ttl_ms`), on every node that
+    /// reads it.
+    ///
+    /// ```standalone_crate
+    /// use std::collections::HashMap;
+    /// use std::time::Duration;
+    /// use echo_cache::{near_cache, Cache, Clock, Id, Source};
+    ///
+    /// #[near_cache(kind = "SES", ttl_ms = 3_600_000, jitter = 0.0)]
+    /// #[derive(serde::Serialize, serde::Deserialize)]
+    /// struct Session { user: String }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), echo_cache::Error> {
+    /// let clock = Clock::manual();
+    /// let cache = Cache::builder()
+    ///     .clock(clock.clone())
+    ///     .loader_many_with_ttl(|ids: Vec<Id<Session>>| async move {
+    ///         // Each session ends 5 minutes from now: cache it no longer.
+    ///         let left = Duration::from_secs(300);
+    ///         let found: HashMap<Id<Session>, (Session, Duration)> = (ids.into_iter())
+    ///             .map(|id| (id, (Session { user: "ada".into() }, left)))
+    ///             .collect();
+    ///         Ok::<_, std::io::Error>(found)
+    ///     })
+    ///     .build()?;
+    /// let ids = [Id::<Session>::mint(), Id::<Session>::mint()];
+    /// cache.fetch_many(ids).await;
+    /// clock.advance(Duration::from_secs(299));
+    /// assert_eq!(cache.fetch(ids[0]).await?.source(), Source::Hit);
+    /// clock.advance(Duration::from_secs(1)); // their 5 minutes are up
+    /// assert_eq!(cache.fetch(ids[0]).await?.source(), Source::Fill);
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn loader_many_with_ttl<T, F, Fut, R, E>(self, load: F) -> Builder
+    where
+        T: Cached,
+        F: Fn(Vec<Id<T>>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<R, E>> + Send + 'static,
+        R: IntoIterator<Item = (Id<T>, (T, Duration))>,
+        E: Into<BoxError> + 'static,
+    {
+        self.batch_loader(table::batch_loader_with_ttl(load))
+    }
+
+    /// Sets `batch` as `T`'s batch loader.
+    fn batch_loader<T: Cached>(mut self, batch: table::BatchLoader<T>) -> Builder {
+        self.batch_loaders
+            .insert(TypeId::of::<T>(), Box::new(batch));
+        // It undoes a `without_loader::<T>()`, as `loader` does.
+        let unloaded = (self.loaders.get(&TypeId::of::<T>()))
+            .and_then(|given| given.downcast_ref::<Option<Loader<T>>>())
+            .is_some_and(Option::is_none);
+        if unloaded {
+            self.loaders.remove(&TypeId::of::<T>());
+        }
+        self
+    }
+
+    /// Builds `T`'s table with no loader: for a table filled only by
+    /// [`Cache::put`]. It serves what is cached and put; any other miss
+    /// answers [`Error::NoLoader`]. This overrides a declared loader too,
+    /// and, like [`loader`](Self::loader), the last of the two calls for
+    /// `T` wins.
+    ///
+    /// Without a loader and without this, [`build`](Self::build) refuses
+    /// the table ([`Error::MissingLoader`]), so a table that cannot load is
+    /// found at start-up, not at its first miss.
+    ///
+    /// ```standalone_crate
+    /// use echo_cache::{near_cache, Cache, Error, Id};
+    ///
+    /// #[near_cache(kind = "TOK", ttl_ms = 60_000)]
+    /// #[derive(serde::Serialize, serde::Deserialize)]
+    /// struct Token { owner: String }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Error> {
+    /// let refused = Cache::builder().build();
+    /// assert!(matches!(refused, Err(Error::MissingLoader { .. })));
+    ///
+    /// let cache = Cache::builder().without_loader::<Token>().build()?;
+    /// let id = Id::<Token>::mint();
+    /// assert!(matches!(cache.fetch(id).await, Err(Error::NoLoader { .. })));
+    /// cache.put(id, Token { owner: "ada".into() }).await?;
+    /// assert_eq!(cache.fetch(id).await?.owner, "ada");
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn without_loader<T: Cached>(mut self) -> Builder {
+        self.loaders
+            .insert(TypeId::of::<T>(), Box::new(None::<Loader<T>>));
+        self.batch_loaders.remove(&TypeId::of::<T>());
+        self
+    }
+
+    /// The clock rows expire by; [`Clock::manual`] in tests.
+    #[must_use]
+    pub fn clock(mut self, clock: Clock) -> Builder {
+        self.clock = clock;
+        self
+    }
+
+    /// How long a fetch waits for its flight before it gives up with
+    /// [`Error::Timeout`] ([`DEFAULT_FETCH_TIMEOUT`](Self::DEFAULT_FETCH_TIMEOUT)
+    /// unless set; `None`: as long as the flight takes). The flight itself
+    /// goes on. Timeouts need a Tokio runtime with its timer enabled.
+    #[must_use]
+    pub fn fetch_timeout(mut self, timeout: Option<Duration>) -> Builder {
+        self.fetch_timeout = timeout;
+        self
+    }
+
+    /// The deadline of every flight, for tables that do not declare their
+    /// own `load_timeout_ms`
+    /// ([`DEFAULT_LOAD_TIMEOUT`](Self::DEFAULT_LOAD_TIMEOUT) unless set).
+    ///
+    /// A flight (the L2 read, the loader, the L2 write) that has not
+    /// answered by then is abandoned: every waiter gets
+    /// [`Error::LoadTimeout`], the flight leaves the registry (the next
+    /// fetch of the id starts afresh), its loader future is dropped, and a
+    /// late result installs nowhere. So a loader that hangs (a database
+    /// call without a timeout) costs each herd of its id at most this, and
+    /// never blocks the id for good. Keep it above the
+    /// [`fetch_timeout`](Self::fetch_timeout) if callers should see their
+    /// own timeout first, and below half the
+    /// [`tombstone_ttl`](Self::tombstone_ttl).
+    ///
+    /// ```standalone_crate
+    /// use std::time::Duration;
+    /// use echo_cache::Cache;
+    ///
+    /// let cache = Cache::builder()
+    ///     .load_timeout(Duration::from_secs(5))
+    ///     .build()?;
+    /// # Ok::<(), echo_cache::Error>(())
+    /// ```
+    #[must_use]
+    pub fn load_timeout(mut self, deadline: Duration) -> Builder {
+        self.load_timeout = deadline;
+        self
+    }
+
+    /// The runtime flights run on when a fetch comes from outside any Tokio
+    /// runtime. By default, the runtime `build` is called in, if any.
+    #[must_use]
+    pub fn runtime(mut self, runtime: Handle) -> Builder {
+        self.runtime = Some(runtime);
+        self
+    }
+
+    /// Opens a table for every declared type, each with its loader (the
+    /// one given to [`loader`](Self::loader), else the one it declares),
+    /// and starts the maintenance thread.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Conflict`] if two declarations share a table name or a kind,
+    /// [`Error::MissingLoader`] if tables have no loader (neither declared
+    /// nor given to [`loader`](Self::loader)) and were not built
+    /// [`without_loader`](Self::without_loader),
+    /// [`Error::Config`] if the node name is not valid,
+    /// [`Error::NoRuntime`] if the cache has L2 and coherent tables and no
+    /// runtime to run their coherence lanes on,
+    /// [`Error::Config`] if the L2 address is not a valid URL (or is
+    /// `rediss://` without the `tls` feature, or its TLS roots are unusable).
+    /// Nothing is sent to the server here: bad credentials show up later as
+    /// L2 errors.
+    pub fn build(self) -> Result<Cache, Error> {
+        directory::check_unique()?;
+        #[cfg(feature = "metrics")]
+        let metrics_node = self.node_name.as_deref().map(Arc::from);
+        let node_name = match self.node_name {
+            Some(name) => match node_name_fault(&name) {
+                None => name,
+                Some(fault) => {
+                    return Err(Error::Config(format!(
+                        "node name {name:?}: {fault}; a node name is 1 to {MAX_NODE_NAME} \
+                         ASCII letters, digits, `-`, `_` and `.`"
+                    )));
+                }
+            },
+            None => format!("node-{}-{:08x}", std::process::id(), fastrand::u32(..)),
+        };
+        let l2 = self
+            .l2
+            .map(|address| {
+                let tls_root = self.l2_tls_root.as_deref();
+                Server::open(&address, tls_root, self.l2_timeout, self.l2_probe_every)
+            })
+            .transpose()?;
+        let runtime = self.runtime.or_else(|| Handle::try_current().ok());
+        // The node number needs claiming if there is a server to claim it
+        // on, and a runtime to claim it from.
+        let readiness = Arc::new(Readiness::new(l2.is_none() || runtime.is_none()));
+        let shared = Shared {
+            clock: self.clock.clone(),
+            runtime,
+            readiness: Arc::clone(&readiness),
+            backlog_kick: Arc::default(),
+            backlog_limit: self.backlog_limit,
+            loaders: Mutex::new(self.loaders),
+            l2: l2.map(Arc::new),
+            max_value_bytes: self.max_value_bytes,
+            tombstone_ttl: self.tombstone_ttl,
+            load_timeout: self.load_timeout,
+            codecs: Mutex::new(self.codecs),
+            #[cfg(feature = "metrics")]
+            metrics_node,
+            batch_loaders: Mutex::new(self.batch_loaders),
+        };
+        let (opened, missing): (Vec<_>, Vec<_>) = DECLARATIONS
+            .iter()
+            .map(|decl| (decl.open)(&decl.spec, &shared))
+            .partition(Result::is_ok);
+        if !missing.is_empty() {
+            let mut tables: Vec<&'static TableSpec> =
+                missing.into_iter().filter_map(Result::err).collect();
+            tables.sort_by_key(|spec| spec.name());
+            return Err(Error::MissingLoader {
+                tables: tables.into(),
+            });
+        }
+        let tables: Arc<[Place]> = opened
+            .into_iter()
+            .flatten()
+            .map(|erased| {
+                let typed = Arc::clone(&erased).into_any();
+                let type_id = (*typed).type_id();
+                let table = NonNull::from(&*typed).cast();
+                Place {
+                    table,
+                    type_id,
+                    erased,
+                }
+            })
+            .collect();
+        let (stop_coherence, coherence_stopped) = watch::channel(());
+        if let Some(server) = &shared.l2 {
+            let tasks = Tasks {
+                tables: tables
+                    .iter()
+                    .map(|place| Arc::clone(&place.erased))
+                    .collect(),
+                server: Arc::clone(server),
+                link: link::Settings {
+                    ping_every: self.coherence_ping_every,
+                    deadline: self.coherence_ping_every,
+                },
+                node_name,
+                readiness: Arc::clone(&readiness),
+                backlog_kick: Arc::clone(&shared.backlog_kick),
+                stop: coherence_stopped,
+            };
+            tasks.start(shared.runtime.as_ref())?;
+        }
+        let (wake, woken) = mpsc::channel();
+        let inner = Arc::new(Inner {
+            tables: Arc::clone(&tables),
+            clock: self.clock,
+            readiness,
+            wake,
+            _stop_coherence: stop_coherence,
+        });
+        spawn_maintenance(Arc::downgrade(&inner), woken)?;
+        Ok(Cache {
+            tables,
+            directory: DECLARATIONS.as_ptr() as usize,
+            fetch_timeout: self.fetch_timeout,
+            inner,
+        })
+    }
+}
+
+/// The longest node name: it names a consumer group and a client.
+const MAX_NODE_NAME: usize = 64;
+
+/// What is wrong with a node name, if anything.
+fn node_name_fault(name: &str) -> Option<String> {
+    if name.is_empty() {
+        return Some("it is empty".to_owned());
+    }
+    if name.len() > MAX_NODE_NAME {
+        return Some(format!("it is {} bytes long", name.len()));
+    }
+    name.chars()
+        .find(|&c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')))
+        .map(|c| format!("{c:?} is not allowed"))
+}
