@@ -12,15 +12,15 @@
 //! report to it when the server answers them.
 
 mod breaker;
+mod client;
+mod lane;
+mod push;
 pub(crate) mod topology;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use redis::RedisFuture;
-use redis::aio::{
-    ConnectionLike, ConnectionManager, ConnectionManagerConfig, MultiplexedConnection,
-};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
@@ -30,6 +30,9 @@ use tokio::sync::mpsc::UnboundedSender;
 
 use crate::error::Error;
 use breaker::Breaker;
+use client::{client, cluster_client, redacted};
+pub(crate) use lane::{Connection, Lane, Linked};
+pub(crate) use push::{LinkConnections, NodeConnection};
 pub(crate) use topology::{Master, Topology};
 
 /// Why an L2 operation did not happen.
@@ -92,7 +95,7 @@ pub(crate) struct Server {
     /// seed: the lanes reach each node with them, at the node's address.
     seed: ConnectionInfo,
     /// The coherence link's connection, for the tracking tables.
-    link: Arc<LinkSlot>,
+    link: Arc<LinkConnections>,
     timeout: Duration,
     breaker: Breaker,
 }
@@ -155,7 +158,7 @@ impl Server {
     }
 
     /// The slot the coherence link publishes its connection in.
-    pub(crate) fn link(&self) -> &Arc<LinkSlot> {
+    pub(crate) fn link(&self) -> &Arc<LinkConnections> {
         &self.link
     }
 
@@ -311,7 +314,7 @@ impl Server {
     }
 
     /// The nodes a tracking table's command was sent to that `topology`
-    /// does not name (see [`LinkSlot`]), each reached with the seed's
+    /// does not name (see [`LinkConnections`]), each reached with the seed's
     /// settings; those it names are strangers no more.
     pub(crate) fn strangers(&self, topology: &Topology) -> Vec<Master> {
         let mut strangers = Vec::new();
@@ -447,257 +450,6 @@ impl Server {
     }
 }
 
-/// The cluster client of `seeds`: every seed must share the scheme and the
-/// credentials (the cluster's nodes are reached with the seeds' settings).
-/// With `pushes`, it speaks RESP3 and sends its pushes there.
-fn cluster_client(
-    seeds: &[String],
-    tls_root: Option<&[u8]>,
-    timeout: Duration,
-    pushes: Option<UnboundedSender<PushInfo>>,
-) -> Result<ClusterClient, RedisError> {
-    let builder = ClusterClient::builder(seeds.iter().map(String::as_str))
-        .connection_timeout(timeout)
-        .response_timeout(timeout)
-        .retries(3)
-        .min_retry_wait(5)
-        .max_retry_wait(50);
-    let builder = match pushes {
-        Some(pushes) => builder
-            .use_protocol(redis::ProtocolVersion::RESP3)
-            .push_sender(pushes),
-        None => builder,
-    };
-    #[cfg(feature = "tls")]
-    let builder = match tls_root {
-        Some(pem) => builder.certs(redis::TlsCertificates {
-            client_tls: None,
-            root_cert: Some(pem.to_vec()),
-        }),
-        None => builder,
-    };
-    #[cfg(not(feature = "tls"))]
-    debug_assert!(tls_root.is_none(), "TLS roots need the tls feature");
-    builder.build()
-}
-
-/// The client of `url`. A `rediss://` one trusts `tls_root` (PEM) if given,
-/// else the system's root certificates.
-fn client(url: &str, tls_root: Option<&[u8]>) -> Result<redis::Client, String> {
-    #[cfg(feature = "tls")]
-    let client = match tls_root {
-        Some(pem) => {
-            use rustls::pki_types::{CertificateDer, pem::PemObject};
-            if CertificateDer::pem_slice_iter(pem).next().is_none() {
-                return Err("the TLS roots hold no PEM certificate".to_owned());
-            }
-            let roots = redis::TlsCertificates {
-                client_tls: None,
-                root_cert: Some(pem.to_vec()),
-            };
-            redis::Client::build_with_tls(url, roots)
-        }
-        None => redis::Client::open(url),
-    };
-    #[cfg(not(feature = "tls"))]
-    let client = {
-        debug_assert!(tls_root.is_none(), "TLS roots need the tls feature");
-        redis::Client::open(url)
-    };
-    let client = client.map_err(|e| {
-        let tls = url.split_once("://").is_some_and(|(scheme, _)| {
-            scheme.eq_ignore_ascii_case("rediss") || scheme.eq_ignore_ascii_case("valkeys")
-        });
-        if tls && cfg!(not(feature = "tls")) {
-            format!("{e} (a rediss:// address needs echo-cache's `tls` feature)")
-        } else {
-            e.to_string()
-        }
-    })?;
-    // Without the feature a TLS address does not parse.
-    #[cfg(feature = "tls")]
-    if let redis::ConnectionAddr::TcpTls { insecure, .. } = client.get_connection_info().addr() {
-        if *insecure {
-            return Err("#insecure (no certificate check) is not supported; \
-                        give the server's CA with Builder::l2_tls_root"
-                .to_owned());
-        }
-        if rustls::crypto::CryptoProvider::get_default().is_none() {
-            // The program chose no rustls crypto provider: ring, which the
-            // `tls` feature builds. Losing a race to another installer is as
-            // good.
-            let _ = rustls::crypto::ring::default_provider().install_default();
-        }
-    }
-    Ok(client)
-}
-
-/// `url` with its credentials, if any, masked: `redis://user:***@host`.
-fn redacted(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    match rest.rsplit_once('@') {
-        Some((userinfo, host)) => match userinfo.split_once(':') {
-            Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
-            None => format!("{scheme}://***@{host}"),
-        },
-        None => url.to_owned(),
-    }
-}
-
-/// Which connection an operation takes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Lane {
-    /// The shared command connection.
-    Managed,
-    /// The coherence link's connection to the node that serves this slot,
-    /// while the link is up (else the shared one): a tracking table's
-    /// writes must not come back to its own node.
-    Linked(u16),
-}
-
-/// The connection an operation runs on.
-pub(crate) enum Connection {
-    Managed(ConnectionManager),
-    Cluster(ClusterConnection),
-    /// The link's connection to a node (see [`Linked`]).
-    Linked(Box<Linked>),
-}
-
-/// A tracking table's operation on the link's connection to the node that
-/// serves its slot, following the node's redirects itself: a plain
-/// connection answers them as a value (`Value::ServerError`), which
-/// becomes an error only once `Cmd::query_async` reads it, past any
-/// fallback that waits for one.
-///
-/// `ASK` (the slot is migrating, and the key is on the target, or new) is
-/// a one-command redirect: `ASKING` and the command, in one write, on the
-/// link's connection to the target. `MOVED` (the slot moved since the link
-/// last read the topology): the command on the link's connection to the
-/// new owner. Either way the node's tracking there (BCAST, on every master
-/// of the link) covers what is read, and `NOLOOP` keeps what is written
-/// from coming back. The rest of the operation (a script's `SCRIPT LOAD`
-/// and retry) follows the first redirect. A second redirect, and the
-/// operation goes on the command path, which follows the cluster; so does
-/// one to a node the link has no connection to (a migration's target that
-/// serves no slot yet), which the link is told of: nothing read from that
-/// node is tracked, so the link starts afresh (flush, bypass) with a
-/// connection to it too.
-pub(crate) struct Linked {
-    /// The node the operation's commands go to now.
-    node: MultiplexedConnection,
-    /// Whether `node` imports the slot: each command goes after `ASKING`.
-    asking: bool,
-    /// Whether a redirect was followed already.
-    redirected: bool,
-    link: Arc<LinkSlot>,
-    /// Whether the operation runs on the command path now.
-    followed_by_cluster: bool,
-    /// The command path.
-    commands: Connection,
-}
-
-impl Linked {
-    async fn send(&mut self, cmd: &Cmd) -> redis::RedisResult<Value> {
-        if !self.followed_by_cluster {
-            let reply = self.on_node(cmd).await;
-            let Some(redirect) = Redirect::of(&reply) else {
-                return reply;
-            };
-            if !self.redirected {
-                self.redirected = true;
-                match self.link.node(&redirect.node) {
-                    Some(to) => {
-                        (self.node, self.asking) = (to, redirect.ask);
-                        let reply = self.on_node(cmd).await;
-                        if Redirect::of(&reply).is_none() {
-                            return reply;
-                        }
-                    }
-                    None => self.link.meet(&redirect.node),
-                }
-            }
-            self.followed_by_cluster = true;
-        }
-        self.commands.req_packed_command(cmd).await
-    }
-
-    /// `cmd` on `node`, after `ASKING` if it imports the slot.
-    async fn on_node(&mut self, cmd: &Cmd) -> redis::RedisResult<Value> {
-        if !self.asking {
-            return self.node.req_packed_command(cmd).await;
-        }
-        let mut asked = redis::pipe();
-        asked.cmd("ASKING").add_command(cmd.clone());
-        let mut replies = self.node.req_packed_commands(&asked, 1, 1).await?;
-        replies
-            .pop()
-            .ok_or_else(|| RedisError::from((redis::ErrorKind::Client, "no reply after ASKING")))
-    }
-}
-
-/// Where a node sent a command: another node, for this command (`ASK`) or
-/// for the slot (`MOVED`).
-struct Redirect {
-    ask: bool,
-    /// `host:port`, as `CLUSTER SLOTS` names it.
-    node: String,
-}
-
-impl Redirect {
-    fn of(reply: &redis::RedisResult<Value>) -> Option<Redirect> {
-        let of = |error: &RedisError| {
-            let (node, _slot) = error.redirect_node()?;
-            Some(Redirect {
-                ask: error.code() == Some("ASK"),
-                node: node.to_owned(),
-            })
-        };
-        match reply {
-            Ok(Value::ServerError(error)) => of(&RedisError::from(error.clone())),
-            Err(error) => of(error),
-            Ok(_) => None,
-        }
-    }
-}
-
-impl ConnectionLike for Connection {
-    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, redis::Value> {
-        match self {
-            Connection::Managed(connection) => connection.req_packed_command(cmd),
-            Connection::Cluster(connection) => connection.req_packed_command(cmd),
-            Connection::Linked(linked) => Box::pin(linked.send(cmd)),
-        }
-    }
-
-    fn req_packed_commands<'a>(
-        &'a mut self,
-        pipeline: &'a redis::Pipeline,
-        offset: usize,
-        count: usize,
-    ) -> RedisFuture<'a, Vec<redis::Value>> {
-        match self {
-            Connection::Managed(connection) => {
-                connection.req_packed_commands(pipeline, offset, count)
-            }
-            Connection::Cluster(connection) => {
-                connection.req_packed_commands(pipeline, offset, count)
-            }
-            // No tracking table's operation is a pipeline.
-            Connection::Linked(linked) => linked.node.req_packed_commands(pipeline, offset, count),
-        }
-    }
-
-    fn get_db(&self) -> i64 {
-        match self {
-            Connection::Managed(connection) => connection.get_db(),
-            Connection::Cluster(connection) => connection.get_db(),
-            Connection::Linked(linked) => linked.node.get_db(),
-        }
-    }
-}
-
 /// How often a coherence link or a durable lane on a cluster reads the
 /// topology: within this one starts afresh after a failover (a promoted
 /// replica pushes nothing to a link not connected to it, and a lane's read
@@ -759,109 +511,4 @@ fn is_outage(error: &RedisError) -> bool {
         || error.is_connection_dropped()
         || error.is_connection_refusal()
         || error.is_unrecoverable_error()
-}
-
-/// The coherence link's connections while a session is up, one per node
-/// with the slots it serves, for the `tracking` tables' commands (empty
-/// between sessions); and the nodes that answered for a slot without the
-/// link having a connection to them.
-#[derive(Default)]
-pub(crate) struct LinkSlot {
-    nodes: Mutex<Vec<NodeConnection>>,
-    /// By name: a migration's target that serves no slot yet (`CLUSTER
-    /// SLOTS` does not list it), or a new owner the link has not read.
-    strangers: Mutex<Vec<String>>,
-    met: tokio::sync::Notify,
-}
-
-/// The link's connection to a node, with the slot ranges the node serves.
-#[derive(Clone)]
-pub(crate) struct NodeConnection {
-    /// The node's `host:port`, as `CLUSTER SLOTS` names it (and redirects).
-    pub(crate) name: String,
-    pub(crate) slots: Vec<(u16, u16)>,
-    pub(crate) connection: MultiplexedConnection,
-}
-
-impl LinkSlot {
-    /// The connection to the node that serves `slot`.
-    pub(crate) fn get(&self, slot: u16) -> Option<MultiplexedConnection> {
-        let nodes = lock(&self.nodes);
-        nodes
-            .iter()
-            .find(|node| {
-                node.slots
-                    .iter()
-                    .any(|&(from, to)| (from..=to).contains(&slot))
-            })
-            .map(|node| node.connection.clone())
-    }
-
-    /// The connection to the node named `name` (`host:port`).
-    fn node(&self, name: &str) -> Option<MultiplexedConnection> {
-        let nodes = lock(&self.nodes);
-        nodes
-            .iter()
-            .find(|node| node.name == name)
-            .map(|node| node.connection.clone())
-    }
-
-    pub(crate) fn set(&self, nodes: Vec<NodeConnection>) {
-        *lock(&self.nodes) = nodes;
-    }
-
-    /// A node the link has no connection to answered for a slot: what is
-    /// read from it is not tracked, so the link must start afresh with it.
-    fn meet(&self, name: &str) {
-        let mut strangers = lock(&self.strangers);
-        if !strangers.iter().any(|known| known == name) {
-            strangers.push(name.to_owned());
-        }
-        drop(strangers);
-        self.met.notify_one();
-    }
-
-    /// Resolves when a stranger was met (or had been, since the last call).
-    pub(crate) async fn met(&self) {
-        self.met.notified().await;
-    }
-
-    /// The strangers met, by name.
-    pub(crate) fn strangers(&self) -> Vec<String> {
-        lock(&self.strangers).clone()
-    }
-
-    /// `name` is a stranger no more: it is a master the link reads, or it
-    /// did not answer (met again, it is tried again).
-    pub(crate) fn forget(&self, name: &str) {
-        lock(&self.strangers).retain(|known| known != name);
-    }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-#[cfg(test)]
-mod connect_tests {
-    use super::redacted;
-
-    #[test]
-    fn credentials_are_masked_in_messages() {
-        assert_eq!(redacted("redis://app:pw@h:1/3"), "redis://app:***@h:1/3");
-        assert_eq!(redacted("redis://:pw@h"), "redis://:***@h");
-        assert_eq!(redacted("rediss://pw@h"), "rediss://***@h");
-        assert_eq!(redacted("redis://app:p@w@h"), "redis://app:***@h");
-        assert_eq!(redacted("redis://h:1/3"), "redis://h:1/3");
-        assert_eq!(redacted("not a url"), "not a url");
-    }
-
-    #[cfg(not(feature = "tls"))]
-    #[test]
-    fn rediss_needs_the_tls_feature() {
-        let error = super::client("rediss://127.0.0.1:6380", None).unwrap_err();
-        assert!(error.contains("`tls` feature"), "{error}");
-    }
 }
