@@ -749,8 +749,24 @@
 //!   table's invalidation channel lost (WARN) and up (INFO), the writes
 //!   kept during an outage delivered (INFO); and rate-limited warnings of
 //!   L2 failures and bad frames (WARN).
+//!
+//! # Layout of the source
+//!
+//! Each layer is a folder, and imports only the layers below it, in the
+//! order data flows: `entity/` (what a declared type is: kind, spec, id,
+//! mint) → `l1/` (the rows, read lock-free: slots, arrays, the write side,
+//! expiry, eviction, the sketch, the epochs) and `connections/` (clients,
+//! the lane a command runs on, the topology, the breaker) → `l2/` (frames,
+//! codec, scripts, the tier) and `coherence/` (the lanes that carry other
+//! nodes' invalidations) → `table/` (one type's data path, in the files its
+//! steps name: read, land, write, trust; and the policies only it uses:
+//! flights, stale serving, grace, backlog) → `cache/` (the facade, fetch,
+//! the builder, the directory, maintenance, the node's tasks). `report/`
+//! holds what a cache tells of itself (stats, roster, metrics); `clock`,
+//! `error`, `sync` and `keyspace` stand beside them.
 #![deny(missing_docs)]
 #![warn(clippy::pedantic)]
+#![warn(clippy::undocumented_unsafe_blocks)]
 #![allow(clippy::module_name_repetitions)]
 
 mod cache;

@@ -112,6 +112,7 @@ struct Place {
 
 // SAFETY: `table` points into `erased`, which is `Send + Sync`; the rest is.
 unsafe impl Send for Place {}
+// SAFETY: as for `Send`.
 unsafe impl Sync for Place {}
 
 impl Cache {

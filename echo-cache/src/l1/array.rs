@@ -74,8 +74,8 @@ impl<T> Array<T> {
     /// A new array of empty slots, `capacity` of them.
     pub(super) fn new(capacity: usize) -> Array<T> {
         let layout = Array::<T>::layout(capacity);
-        // SAFETY: the layout is not zero-sized; all zeroes is empty slots.
         #[allow(clippy::cast_ptr_alignment)] // allocated with `ARRAY_ALIGN`
+        // SAFETY: the layout is not zero-sized; all zeroes is empty slots.
         let slots = unsafe { alloc::alloc_zeroed(layout) }.cast::<Slot<T>>();
         let Some(slots) = NonNull::new(slots) else {
             alloc::handle_alloc_error(layout)

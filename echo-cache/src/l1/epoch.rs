@@ -496,6 +496,7 @@ mod tests {
             }
         }
         unsafe fn free_flag(ptr: *mut ()) {
+            // SAFETY: `ptr` is the `Box` made below, freed once.
             drop(unsafe { Box::from_raw(ptr.cast::<Flag>()) });
         }
         let ptr = Box::into_raw(Box::new(Flag(Arc::clone(freed))));

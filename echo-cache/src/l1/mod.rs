@@ -233,6 +233,7 @@ pub(crate) struct Rows<T> {
 
 // SAFETY: a `Rows<T>` owns `Arc<T>`s and hands out clones of them.
 unsafe impl<T: Send + Sync> Send for Rows<T> {}
+// SAFETY: as for `Send`.
 unsafe impl<T: Send + Sync> Sync for Rows<T> {}
 
 /// A hit's look at the mark of its `live` row ([`Shard::watch_ms`]), out
@@ -374,9 +375,9 @@ impl<T> Rows<T> {
             return None;
         }
         let expires = stamp >> SEQ_BITS;
-        // SAFETY (both): `value` is a row's (`is_row`), and the pin keeps
-        // its `Arc` alive even if a writer has since replaced it.
         if expires > unwatched_after {
+            // SAFETY: `value` is a row's (`is_row`), and the pin keeps its
+            // `Arc` alive even if a writer has since replaced it.
             let value = unsafe { share(value) };
             return Some(Live { value, version });
         }
@@ -385,6 +386,7 @@ impl<T> Rows<T> {
         }
         let left = expires - now;
         let live = Live {
+            // SAFETY: as above.
             value: unsafe { share(value) },
             version,
         };
