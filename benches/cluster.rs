@@ -37,10 +37,10 @@
 //!    `benches/l2.rs`), to show what the cluster client's routing costs.
 //! 2. **Invalidation latency** (group `cluster_coherence`), on a
 //!    `multi_thread` runtime, with the method of `benches/coherence.rs`
-//!    (`support::invalidation_sample`): nodes A and B (`l2_timeout` 2 s),
-//!    one table per mode, `clu_tracked` (`tracking`), `clu_broadcast`
-//!    (`broadcast`) and `clu_durable` (`durable`), each `Health::Serving`
-//!    on both first. One sample: B fetches a fresh id twice (a fill, then a
+//!    (`support::invalidation::invalidation_sample`): nodes A and B
+//!    (`l2_timeout` 2 s), one table per mode, `clu_tracked` (`tracking`),
+//!    `clu_broadcast` (`broadcast`) and `clu_durable` (`durable`), each
+//!    `Health::Serving` on both first. One sample: B fetches a fresh id twice (a fill, then a
 //!    hit: B holds the row); A calls `invalidate(id)`; the clock starts when
 //!    the call returns and stops when B's `invalidations` counter moves
 //!    (polled with spin hints, a Tokio yield and an OS yield between polls;
@@ -142,11 +142,11 @@ use tokio::runtime::Runtime;
 #[allow(dead_code)]
 mod support;
 
-use support::{
-    EVICTION_WAIT, Figures, Invalidation, LATE, Rounds, Run, TimedLine, WatchFrom, benchmarking,
-    cpus, invalidation_line, invalidation_sample, invalidation_samples, load_average, publish,
-    quantile, us, verdict,
+use support::invalidation::{
+    EVICTION_WAIT, Figures, Invalidation, LATE, Run, WatchFrom, invalidation_line,
+    invalidation_sample, invalidation_samples, quantile, us,
 };
+use support::{Rounds, TimedLine, benchmarking, cpus, load_average, publish, verdict};
 
 /// Ids filled in L2 by node A, read by node B (part 1).
 const POOL: usize = 8_192;
