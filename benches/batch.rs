@@ -52,6 +52,7 @@ use tokio::runtime::Runtime;
 #[allow(dead_code)]
 mod support;
 
+use support::draw::Rng;
 use support::{Rounds, TimedLine, benchmarking, cpus, load_average, publish};
 
 /// Ids per operation, unless `ECHO_BATCH_BENCH_N` says otherwise.
@@ -99,25 +100,17 @@ fn profile(id: Id<Profile>) -> Profile {
     }
 }
 
-/// `n` random 64-bit numbers (splitmix64, seeded by the clock).
+/// `n` random 64-bit numbers (SplitMix64, seeded by the clock).
 fn random_payloads(n: usize) -> Vec<u64> {
-    let mut state = u64::try_from(
+    let mut rng = Rng(u64::try_from(
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .expect("after 1970")
             .as_nanos()
             % u128::from(u64::MAX),
     )
-    .expect("fits");
-    (0..n)
-        .map(|_| {
-            state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let mut z = state;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            z ^ (z >> 31)
-        })
-        .collect()
+    .expect("fits"));
+    (0..n).map(|_| rng.next()).collect()
 }
 
 struct Bench {

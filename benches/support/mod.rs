@@ -6,6 +6,7 @@
 //! in [`invalidation`]. Each bench includes this with `mod support;` and
 //! uses only part of it.
 
+pub mod draw;
 pub mod invalidation;
 
 use std::future::Future;
