@@ -51,8 +51,8 @@
 //!    fresh nodes (`l2_timeout` 500 ms, loaders counting their calls), a hot
 //!    set of 1,000 fresh ids read once by each node (A loads them, B reads
 //!    them from L2), then one reader task per node fetching ids drawn from a
-//!    Zipf distribution (s = 1) over the hot set, 64 fetches then a 1 ms
-//!    sleep, in a loop: about 2 s `before`; `during`, while
+//!    Zipf distribution (s = 1) over the hot set (`support::draw`, a seed
+//!    per node), 64 fetches then a 1 ms sleep, in a loop: about 2 s `before`; `during`, while
 //!    `cluster.migrate_slot(slot, to)` moves the table's slot (keys
 //!    included) to another master on a blocking thread, until every node
 //!    agrees on the new owner; about 2 s `after`. Every 2 ms the bench reads
@@ -142,6 +142,7 @@ use tokio::runtime::Runtime;
 #[allow(dead_code)]
 mod support;
 
+use support::draw::{Rng, Zipf};
 use support::invalidation::{
     EVICTION_WAIT, Figures, Invalidation, LATE, Run, WatchFrom, invalidation_line,
     invalidation_sample, invalidation_samples, quantile, us,
@@ -805,50 +806,6 @@ fn coherence_summary(coh: &Coh, lines: &[CohLine], load_before: &str) -> String 
 // ---------------------------------------------------------------------------
 // Part 3: hit rate and loader calls through a live reshard.
 
-/// Zipf-distributed ranks over the hot set: `P(k) ∝ k^-s`.
-struct Zipf {
-    cdf: Vec<f64>,
-}
-
-impl Zipf {
-    fn new(n: usize, s: f64) -> Zipf {
-        #[allow(clippy::cast_precision_loss)]
-        let weights: Vec<f64> = (1..=n).map(|k| (k as f64).powf(-s)).collect();
-        let total: f64 = weights.iter().sum();
-        let mut acc = 0.0;
-        let cdf = weights
-            .iter()
-            .map(|w| {
-                acc += w / total;
-                acc
-            })
-            .collect();
-        Zipf { cdf }
-    }
-
-    /// The rank of the uniform draw `u` in `[0, 1)`.
-    fn rank(&self, u: f64) -> usize {
-        self.cdf.partition_point(|&c| c < u).min(self.cdf.len() - 1)
-    }
-}
-
-/// xorshift64*: the readers' draws, the same for a seed from run to run.
-struct Rng(u64);
-
-impl Rng {
-    /// A draw in `[0, 1)`.
-    fn unit(&mut self) -> f64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        #[allow(clippy::cast_precision_loss)]
-        let unit = (x.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 / (1_u64 << 53) as f64;
-        unit
-    }
-}
-
 /// A reader's counts.
 #[derive(Default)]
 struct Reads {
@@ -869,7 +826,7 @@ async fn read_loop<T: Cached>(
     let mut rng = Rng(seed);
     while !stop.load(Relaxed) {
         for _ in 0..READ_BATCH {
-            let id = ids[zipf.rank(rng.unit())];
+            let id = ids[zipf.rank(&mut rng)];
             match cache.fetch(id).await {
                 Ok(value) => {
                     black_box(value);
