@@ -170,56 +170,24 @@ const POLL_EVERY: Duration = Duration::from_millis(2);
 /// Invalidation samples after each reshard.
 const AFTER_SAMPLES: usize = 50;
 
-/// The cached entity of part 1: about 100 bytes, in memory and on the wire.
-#[near_cache(
-    kind = "CPF",
-    ttl_ms = 3_600_000,
-    coherence = "none",
-    max_size = 20_000,
-    name = "clu_profile",
-    loader = load_profile
-)]
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct ClusterProfile {
-    /// The user's number.
-    pub user: u64,
-    /// A short handle.
-    pub handle: String,
-    /// A longer display name.
-    pub display_name: String,
-    /// ISO country code.
-    pub country: String,
-    /// Level.
-    pub level: u32,
-    /// Rating.
-    pub rating: f64,
-    /// Badge numbers.
-    pub badges: Vec<u16>,
-    /// Creation time, ms since the epoch.
-    pub created_ms: u64,
+support::entity::profile! {
+    /// The cached entity of part 1: about 100 bytes, in memory and on the wire.
+    #[near_cache(
+        kind = "CPF",
+        ttl_ms = 3_600_000,
+        coherence = "none",
+        max_size = 20_000,
+        name = "clu_profile",
+        loader = load_profile
+    )]
+    pub struct ClusterProfile;
 }
 
 /// Part 1 counts its loads with a loader of its own, which overrides this.
 fn load_profile(
     id: Id<ClusterProfile>,
 ) -> std::future::Ready<Result<Option<ClusterProfile>, Infallible>> {
-    std::future::ready(Ok(Some(profile(id))))
-}
-
-fn profile(id: Id<ClusterProfile>) -> ClusterProfile {
-    let n = id.payload();
-    ClusterProfile {
-        user: n,
-        handle: format!("player-{:06}", n % 1_000_000),
-        display_name: format!("Display Name Number {:010}", n % 10_000_000_000),
-        country: "FR".to_owned(),
-        #[allow(clippy::cast_possible_truncation)]
-        level: (n % 100) as u32,
-        #[allow(clippy::cast_precision_loss)]
-        rating: 1_500.0 + (n % 1_000) as f64 / 10.0,
-        badges: vec![3, 17, 42, 105, 230, 311, 512, 999],
-        created_ms: 1_700_000_000_000 + n % 1_000_000,
-    }
+    std::future::ready(Ok(Some(ClusterProfile::of(id))))
 }
 
 /// A table of parts 2 and 3: a revision, loaded as the id's payload.
@@ -397,7 +365,7 @@ impl Fill {
                     .l2_cluster(cluster.urls())
                     .loader(move |id: Id<ClusterProfile>| {
                         loads.fetch_add(1, Relaxed);
-                        async move { Ok::<_, Infallible>(Some(profile(id))) }
+                        async move { Ok::<_, Infallible>(Some(ClusterProfile::of(id))) }
                     })
                     .build()
                     .expect("the cache builds")
@@ -453,7 +421,7 @@ impl Fill {
         runtime.block_on(async {
             let fetched = cache.fetch(ids[0]).await.expect("node B fetches");
             assert_eq!(fetched.source(), Source::L2);
-            assert_eq!(*fetched, profile(ids[0]));
+            assert_eq!(*fetched, ClusterProfile::of(ids[0]));
         });
         assert_eq!(loads.load(Relaxed), 0, "node B's loader was not called");
 

@@ -7,6 +7,7 @@
 //! uses only part of it.
 
 pub mod draw;
+pub mod entity;
 pub mod invalidation;
 
 use std::future::Future;
