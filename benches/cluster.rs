@@ -147,10 +147,9 @@ use support::invalidation::{
     EVICTION_WAIT, Figures, Invalidation, LATE, Run, WatchFrom, invalidation_line,
     invalidation_sample, invalidation_samples, quantile, us,
 };
+use support::pool::{POOL, at, timed_gets};
 use support::{Rounds, TimedLine, benchmarking, cpus, load_average, publish, verdict};
 
-/// Ids filled in L2 by node A, read by node B (part 1).
-const POOL: usize = 8_192;
 /// Operations per round of a fill line in the summary pass.
 const NET_BATCH: u64 = 1_500;
 /// The target of issue 9 for `fill_fresh / raw_get`.
@@ -340,11 +339,6 @@ struct Fill {
     frame_len: usize,
 }
 
-#[allow(clippy::cast_possible_truncation)]
-fn at(i: u64) -> usize {
-    i as usize % POOL
-}
-
 impl Fill {
     fn new(cluster: &RedisCluster, multi_thread: bool) -> Fill {
         let (runtime, runtime_name) = if multi_thread {
@@ -448,20 +442,8 @@ impl Fill {
     }
 
     /// `n` plain GETs of the pool's frames on `conn`.
-    fn gets<C: ConnectionLike + Send + 'static>(&self, mut conn: C, n: u64) -> Duration {
-        let keys = Arc::clone(&self.keys);
-        self.run(async move {
-            let start = Instant::now();
-            for i in 0..n {
-                let frame: Option<Vec<u8>> = redis::cmd("GET")
-                    .arg(&keys[at(i)])
-                    .query_async(&mut conn)
-                    .await
-                    .expect("GET answers");
-                black_box(frame.expect("the frame is there"));
-            }
-            start.elapsed()
-        })
+    fn gets<C: ConnectionLike + Send + 'static>(&self, conn: C, n: u64) -> Duration {
+        self.run(timed_gets(conn, Arc::clone(&self.keys), n))
     }
 
     fn raw_get(&self, n: u64) -> Duration {

@@ -107,10 +107,9 @@ use tokio::runtime::Runtime;
 #[allow(dead_code)]
 mod support;
 
+use support::pool::{POOL, at, timed_gets};
 use support::{Rounds, TimedLine, benchmarking, cpus, load_average, poll_once, publish, verdict};
 
-/// Ids filled in L2 by node A, read by node B.
-const POOL: usize = 8_192;
 /// Rounds of the summary pass.
 const ROUNDS: usize = 15;
 /// Operations per round of a line that goes to the server.
@@ -155,11 +154,6 @@ struct Bench {
     frame_len: usize,
     /// Kept alive for the whole run; killed on drop.
     server: RedisServer,
-}
-
-#[allow(clippy::cast_possible_truncation)]
-fn at(i: u64) -> usize {
-    i as usize % POOL
 }
 
 impl Bench {
@@ -288,20 +282,8 @@ impl Bench {
     }
 
     /// `n` plain GETs of the pool's frames on `conn`.
-    fn gets<C: ConnectionLike + Send + 'static>(&self, mut conn: C, n: u64) -> Duration {
-        let keys = Arc::clone(&self.keys);
-        self.run(async move {
-            let start = Instant::now();
-            for i in 0..n {
-                let frame: Option<Vec<u8>> = redis::cmd("GET")
-                    .arg(&keys[at(i)])
-                    .query_async(&mut conn)
-                    .await
-                    .expect("GET answers");
-                black_box(frame.expect("the frame is there"));
-            }
-            start.elapsed()
-        })
+    fn gets<C: ConnectionLike + Send + 'static>(&self, conn: C, n: u64) -> Duration {
+        self.run(timed_gets(conn, Arc::clone(&self.keys), n))
     }
 
     fn raw_get_multiplexed(&self, n: u64) -> Duration {

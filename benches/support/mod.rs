@@ -1,14 +1,18 @@
 //! Helpers the benches share: when to run the summary pass, the figures
 //! printed around it (median, load average, CPUs, verdicts) and where its
 //! table is written; and the interleaved rounds of a summary pass
-//! ([`Rounds`], for `benches/l2.rs` and `benches/cluster`). The
-//! invalidation lines of `benches/coherence.rs` and `benches/cluster` are
-//! in [`invalidation`]. Each bench includes this with `mod support;` and
-//! uses only part of it.
+//! ([`Rounds`], for `benches/l2.rs` and `benches/cluster`). Below it, what
+//! only some benches use: the draws of keys ([`draw`]: one `Rng`, one
+//! `Zipf`), the `Profile` entity of the benches that go to L2
+//! ([`entity`]), the pool of ids and the raw `GET` line of `benches/l2.rs`
+//! and `benches/cluster` ([`pool`]), and the invalidation lines of
+//! `benches/coherence.rs` and `benches/cluster` ([`invalidation`]). Each
+//! bench includes this with `mod support;` and uses only part of it.
 
 pub mod draw;
 pub mod entity;
 pub mod invalidation;
+pub mod pool;
 
 use std::future::Future;
 use std::path::PathBuf;
