@@ -140,6 +140,7 @@ use tokio::runtime::Runtime;
 
 // Not every bench uses every shared helper; an unused one would warn as dead.
 #[allow(dead_code)]
+#[path = "../support/mod.rs"]
 mod support;
 
 use support::draw::{Rng, Zipf};
