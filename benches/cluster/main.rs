@@ -131,7 +131,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, SamplingMode, Throughput};
-use echo_cache::{Builder, Cache, Cached, Health, Id, Source, keyspace, near_cache};
+use echo_cache::{Cache, Cached, Health, Id, Source, keyspace, near_cache};
 use echo_cache_testkit::RedisCluster;
 use redis::aio::{ConnectionLike, ConnectionManager};
 use redis::cluster::ClusterClient;
@@ -143,6 +143,8 @@ use tokio::runtime::Runtime;
 #[path = "../support/mod.rs"]
 mod support;
 
+mod tables;
+
 use support::draw::{Rng, Zipf};
 use support::invalidation::{
     EVICTION_WAIT, Figures, Invalidation, LATE, Run, WatchFrom, invalidation_line,
@@ -150,6 +152,10 @@ use support::invalidation::{
 };
 use support::pool::{POOL, at, timed_gets};
 use support::{Rounds, TimedLine, benchmarking, cpus, load_average, publish, verdict};
+use tables::{
+    CluBroadcast, CluDurable, CluTracked, RshBroadcast, RshDurable, RshTracked, health_of, serving,
+    slot_of, with_loader,
+};
 
 /// Operations per round of a fill line in the summary pass.
 const NET_BATCH: u64 = 1_500;
@@ -188,99 +194,6 @@ fn load_profile(
     id: Id<ClusterProfile>,
 ) -> std::future::Ready<Result<Option<ClusterProfile>, Infallible>> {
     std::future::ready(Ok(Some(ClusterProfile::of(id))))
-}
-
-/// A table of parts 2 and 3: a revision, loaded as the id's payload.
-trait Revised: Cached {
-    fn at(revision: u64) -> Self;
-}
-
-macro_rules! revised {
-    ($($(#[$doc:meta])* $name:ident: $kind:literal, $coherence:literal, $table:literal;)*) => {$(
-        $(#[$doc])*
-        #[near_cache(
-            kind = $kind,
-            ttl_ms = 600_000,
-            coherence = $coherence,
-            name = $table,
-            loader = load_revised::<$name>
-        )]
-        #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
-        pub struct $name {
-            /// A payload.
-            pub revision: u64,
-        }
-
-        impl Revised for $name {
-            fn at(revision: u64) -> Self {
-                $name { revision }
-            }
-        }
-    )*};
-}
-
-revised! {
-    /// Part 2, `tracking`.
-    CluTracked: "CLT", "tracking", "clu_tracked";
-    /// Part 2, `broadcast`.
-    CluBroadcast: "CLB", "broadcast", "clu_broadcast";
-    /// Part 2, `durable`.
-    CluDurable: "CLD", "durable", "clu_durable";
-    /// Part 3, `tracking`.
-    RshTracked: "RST", "tracking", "rsh_tracked";
-    /// Part 3, `broadcast`.
-    RshBroadcast: "RSB", "broadcast", "rsh_broadcast";
-    /// Part 3, `durable`.
-    RshDurable: "RSD", "durable", "rsh_durable";
-}
-
-/// The loader a table of parts 2 and 3 declares. Each part counts the
-/// loads of the tables it reads with [`with_loader`], which overrides it.
-fn load_revised<T: Revised>(id: Id<T>) -> std::future::Ready<Result<Option<T>, Infallible>> {
-    std::future::ready(Ok(Some(T::at(id.payload()))))
-}
-
-/// `builder` with a loader of `T` that counts its calls in `calls`.
-fn with_loader<T: Revised>(builder: Builder, calls: &Arc<AtomicU64>) -> Builder {
-    let calls = Arc::clone(calls);
-    builder.loader(move |id: Id<T>| {
-        calls.fetch_add(1, Relaxed);
-        async move { Ok::<_, Infallible>(Some(T::at(id.payload()))) }
-    })
-}
-
-/// The slot of `T`'s keys.
-fn slot_of<T: Cached>() -> u16 {
-    keyspace::slot(keyspace::prefix(T::spec()).as_bytes())
-}
-
-/// `T`'s health on `cache`.
-fn health_of<T: Cached>(cache: &Cache) -> Option<Health> {
-    cache
-        .tables()
-        .into_iter()
-        .find(|t| t.spec.name() == T::spec().name())
-        .map(|t| t.health)
-}
-
-/// Waits (on `rt`) until `T` is `Serving` on every cache; false after
-/// `within`.
-fn serving<T: Cached>(rt: &Runtime, caches: &[&Cache], within: Duration) -> bool {
-    rt.block_on(async {
-        let deadline = Instant::now() + within;
-        loop {
-            if caches
-                .iter()
-                .all(|c| health_of::<T>(c) == Some(Health::Serving))
-            {
-                return true;
-            }
-            if Instant::now() > deadline {
-                return false;
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
 }
 
 /// What the bench was asked to do (environment variables).
