@@ -14,27 +14,8 @@
 //! one slot of one master; the summary names it. The parts run one after
 //! the other, each with caches of its own (dropped before the next part):
 //!
-//! 1. **Fill** (group `cluster_fill`), on a Tokio runtime of its own
-//!    (`current_thread` by default, as in `benches/l2.rs`;
-//!    `ECHO_CLUSTER_BENCH_RUNTIME=multi_thread` for a multi-thread one), each
-//!    timed loop in one task spawned on it, N operations per criterion
-//!    sample (`iter_custom`). Table `clu_profile` (`none`), whose value is a
-//!    `ClusterProfile` of about 100 bytes (the `Profile` of `benches/l2.rs`).
-//!    Node A fills L2 once through its loader for a pool of 8,192 ids; node
-//!    B is measured, its loader counting calls (a fill that L2 did not serve
-//!    shows up there, and is reported).
-//!    - `raw_get`: `GET <key>` on a `redis::cluster_async::ClusterConnection`
-//!      (`ClusterClient::new(urls)`: the crate's cluster client, which
-//!      echo-cache uses inside), keys cycling through the pool, the frame
-//!      returned as `Option<Vec<u8>>`.
-//!    - `fill_fresh`: `cache.fetch(id)` on node B of an id cold in L1 and
-//!      warm in L2 (the flight: `GET` through the cluster connection, frame
-//!      check, decode, install in L1). Ids are taken in turn from the pool;
-//!      when it is used up, L1 is flushed with the clock stopped.
-//!
-//!    The summary adds `raw_get_node`: the same GET on a plain
-//!    `ConnectionManager` to the master that owns the slot (the raw line of
-//!    `benches/l2.rs`), to show what the cluster client's routing costs.
+//! 1. **Fill** (group `cluster_fill`, [`fill`]): a fill from L2 on the
+//!    cluster against a raw cluster GET of the same key.
 //! 2. **Invalidation latency** (group `cluster_coherence`), on a
 //!    `multi_thread` runtime, with the method of `benches/coherence.rs`
 //!    (`support::invalidation::invalidation_sample`): nodes A and B
@@ -68,15 +49,7 @@
 //! (`$CARGO_TARGET_DIR`, else `target/`), with the machine's load average
 //! before and after each part:
 //!
-//! 1. Fill: the lines run round-robin from a rotating start, 15 rounds of
-//!    1,500 operations each; each line's median and minimum in µs per
-//!    operation, then `fill_fresh / raw_get` as the median over rounds of
-//!    that ratio within one round (lines a fraction of a second apart, so a
-//!    drift of the machine's load cancels out), against the target of issue
-//!    9 (≤ 1.15×), and `raw_get / raw_get_node` (the cluster client against
-//!    a plain connection). A loopback round trip takes some tens of µs; on a
-//!    loaded or 2-CPU machine every line is noisy (the minima are the least
-//!    disturbed rounds), so read the load average beside the figures.
+//! 1. Fill, in [`fill`].
 //! 2. Invalidation, per mode, in µs: `early` (B had evicted by the time A's
 //!    call returned), `returned->evicted` p50, p99 and max (nearest rank;
 //!    a timeout counts as 1 s) against the target of issue 9 (p99 ≤ 2 ms on
@@ -122,7 +95,6 @@
 //! ECHO_CLUSTER_BENCH_RUNTIME=multi_thread cargo bench --bench cluster -- fill
 //! ```
 
-use std::convert::Infallible;
 use std::fmt::Write as _;
 use std::future::Future;
 use std::hint::black_box;
@@ -130,12 +102,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
-use criterion::{Criterion, SamplingMode, Throughput};
-use echo_cache::{Cache, Cached, Health, Id, Source, keyspace, near_cache};
+use criterion::{Criterion, SamplingMode};
+use echo_cache::{Cache, Cached, Health, Id};
 use echo_cache_testkit::RedisCluster;
-use redis::aio::{ConnectionLike, ConnectionManager};
-use redis::cluster::ClusterClient;
-use redis::cluster_async::ClusterConnection;
 use tokio::runtime::Runtime;
 
 // Not every bench uses every shared helper; an unused one would warn as dead.
@@ -143,24 +112,21 @@ use tokio::runtime::Runtime;
 #[path = "../support/mod.rs"]
 mod support;
 
+mod fill;
 mod tables;
 
+use fill::{ClusterProfile, Fill, fill_group, fill_summary};
 use support::draw::{Rng, Zipf};
 use support::invalidation::{
     EVICTION_WAIT, Figures, Invalidation, LATE, Run, WatchFrom, invalidation_line,
     invalidation_sample, invalidation_samples, quantile, us,
 };
-use support::pool::{POOL, at, timed_gets};
-use support::{Rounds, TimedLine, benchmarking, cpus, load_average, publish, verdict};
+use support::{benchmarking, cpus, load_average, publish};
 use tables::{
     CluBroadcast, CluDurable, CluTracked, RshBroadcast, RshDurable, RshTracked, health_of, serving,
     slot_of, with_loader,
 };
 
-/// Operations per round of a fill line in the summary pass.
-const NET_BATCH: u64 = 1_500;
-/// The target of issue 9 for `fill_fresh / raw_get`.
-const TARGET_FILL: f64 = 1.15;
 /// The target of issue 9 for every mode's invalidation p99, on loopback.
 const TARGET_P99: Duration = Duration::from_millis(2);
 /// The hot set of the reshard part.
@@ -175,26 +141,6 @@ const READ_PACE: Duration = Duration::from_millis(1);
 const POLL_EVERY: Duration = Duration::from_millis(2);
 /// Invalidation samples after each reshard.
 const AFTER_SAMPLES: usize = 50;
-
-support::entity::profile! {
-    /// The cached entity of part 1: about 100 bytes, in memory and on the wire.
-    #[near_cache(
-        kind = "CPF",
-        ttl_ms = 3_600_000,
-        coherence = "none",
-        max_size = 20_000,
-        name = "clu_profile",
-        loader = load_profile
-    )]
-    pub struct ClusterProfile;
-}
-
-/// Part 1 counts its loads with a loader of its own, which overrides this.
-fn load_profile(
-    id: Id<ClusterProfile>,
-) -> std::future::Ready<Result<Option<ClusterProfile>, Infallible>> {
-    std::future::ready(Ok(Some(ClusterProfile::of(id))))
-}
 
 /// What the bench was asked to do (environment variables).
 struct Settings {
@@ -230,248 +176,6 @@ impl Settings {
             reshard: part("reshard"),
         }
     }
-}
-
-// ---------------------------------------------------------------------------
-// Part 1: a fill from L2 on the cluster against a raw cluster GET.
-
-/// Everything the fill lines run against.
-struct Fill {
-    runtime: Runtime,
-    runtime_name: &'static str,
-    /// Node B, the measured one.
-    cache: Cache,
-    /// Calls of node B's loader (should stay 0).
-    loads: Arc<AtomicU64>,
-    ids: Arc<[Id<ClusterProfile>]>,
-    keys: Arc<[String]>,
-    cluster_conn: ClusterConnection,
-    /// A plain connection to the master that owns the table's slot.
-    node_conn: ConnectionManager,
-    slot: u16,
-    owner: String,
-    frame_len: usize,
-}
-
-impl Fill {
-    fn new(cluster: &RedisCluster, multi_thread: bool) -> Fill {
-        let (runtime, runtime_name) = if multi_thread {
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .enable_all()
-                .build();
-            (rt, "multi_thread")
-        } else {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build();
-            (rt, "current_thread")
-        };
-        let runtime = runtime.expect("the runtime starts");
-        let node = |loads: Arc<AtomicU64>| {
-            runtime.block_on(async {
-                Cache::builder()
-                    .l2_cluster(cluster.urls())
-                    .loader(move |id: Id<ClusterProfile>| {
-                        loads.fetch_add(1, Relaxed);
-                        async move { Ok::<_, Infallible>(Some(ClusterProfile::of(id))) }
-                    })
-                    .build()
-                    .expect("the cache builds")
-            })
-        };
-        let a_loads = Arc::new(AtomicU64::new(0));
-        let a = node(Arc::clone(&a_loads));
-        let loads = Arc::new(AtomicU64::new(0));
-        let cache = node(Arc::clone(&loads));
-
-        let ids: Arc<[Id<ClusterProfile>]> =
-            (0..POOL).map(|_| Id::<ClusterProfile>::mint()).collect();
-        let keys: Arc<[String]> = ids
-            .iter()
-            .map(|id| keyspace::key(ClusterProfile::spec(), &id.raw()))
-            .collect();
-
-        // Node A fills L2 for the whole pool, through its loader.
-        runtime.block_on(async {
-            for chunk in ids.chunks(256) {
-                let fills = chunk.iter().map(|&id| a.fetch(id));
-                for fetched in futures_util::future::join_all(fills).await {
-                    assert_eq!(fetched.expect("node A fills").source(), Source::Fill);
-                }
-            }
-        });
-        assert_eq!(a_loads.load(Relaxed), POOL as u64, "node A loaded every id");
-        let stats = a.stats::<ClusterProfile>();
-        assert_eq!(
-            (stats.l2_errors, stats.l2_writes_dropped, stats.oversized),
-            (0, 0, 0),
-            "node A wrote every frame"
-        );
-        drop(a);
-
-        let slot = cluster.slot_of(&keys[0]);
-        assert_eq!(slot, slot_of::<ClusterProfile>(), "the table's slot");
-        let owner = cluster.node_of_slot(slot);
-        let frame: Vec<u8> = owner.query(redis::cmd("GET").arg(&keys[0]));
-        let (cluster_conn, node_conn) = runtime.block_on(async {
-            let cluster_conn = ClusterClient::new(cluster.urls())
-                .expect("the seeds parse")
-                .get_async_connection()
-                .await
-                .expect("the cluster connection connects");
-            let node_conn = ConnectionManager::new(owner.client())
-                .await
-                .expect("the connection manager connects");
-            (cluster_conn, node_conn)
-        });
-
-        // Node B reads from L2: same value, its loader untouched.
-        runtime.block_on(async {
-            let fetched = cache.fetch(ids[0]).await.expect("node B fetches");
-            assert_eq!(fetched.source(), Source::L2);
-            assert_eq!(*fetched, ClusterProfile::of(ids[0]));
-        });
-        assert_eq!(loads.load(Relaxed), 0, "node B's loader was not called");
-
-        Fill {
-            runtime,
-            runtime_name,
-            cache,
-            loads,
-            ids,
-            keys,
-            cluster_conn,
-            node_conn,
-            slot,
-            owner: owner.to_string(),
-            frame_len: frame.len(),
-        }
-    }
-
-    /// Runs a timed loop in a task of its own on the runtime.
-    fn run<F: Future<Output = Duration> + Send + 'static>(&self, timed: F) -> Duration {
-        self.runtime
-            .block_on(self.runtime.spawn(timed))
-            .expect("the timed task ran")
-    }
-
-    /// `n` plain GETs of the pool's frames on `conn`.
-    fn gets<C: ConnectionLike + Send + 'static>(&self, conn: C, n: u64) -> Duration {
-        self.run(timed_gets(conn, Arc::clone(&self.keys), n))
-    }
-
-    fn raw_get(&self, n: u64) -> Duration {
-        self.gets(self.cluster_conn.clone(), n)
-    }
-
-    fn raw_get_node(&self, n: u64) -> Duration {
-        self.gets(self.node_conn.clone(), n)
-    }
-
-    /// Fetches of ids cold in L1 and warm in L2; L1 is flushed, untimed,
-    /// whenever the pool is used up.
-    fn fill_fresh(&self, n: u64) -> Duration {
-        let (cache, ids) = (self.cache.clone(), Arc::clone(&self.ids));
-        self.run(async move {
-            let mut total = Duration::ZERO;
-            let mut done = 0;
-            while done < n {
-                cache.flush::<ClusterProfile>();
-                let chunk = (n - done).min(POOL as u64);
-                let start = Instant::now();
-                for i in 0..chunk {
-                    black_box(cache.fetch(ids[at(i)]).await.expect("a fill from L2"));
-                }
-                total += start.elapsed();
-                done += chunk;
-            }
-            total
-        })
-    }
-
-    /// The lines of the criterion group, in order.
-    fn lines(&self) -> Vec<TimedLine<'_>> {
-        vec![
-            ("raw_get", Box::new(|n| self.raw_get(n))),
-            ("fill_fresh", Box::new(|n| self.fill_fresh(n))),
-        ]
-    }
-
-    /// The summary's extra line.
-    fn components(&self) -> Vec<TimedLine<'_>> {
-        vec![("raw_get_node", Box::new(|n| self.raw_get_node(n)))]
-    }
-}
-
-/// The criterion group of part 1; whether criterion ran any of its lines
-/// (a filter may leave them all out).
-fn fill_group(c: &mut Criterion, lines: &[TimedLine<'_>]) -> bool {
-    let mut ran = false;
-    let mut group = c.benchmark_group("cluster_fill");
-    group.throughput(Throughput::Elements(1));
-    for (name, time) in lines {
-        group.bench_function(*name, |b| {
-            ran = true;
-            b.iter_custom(time);
-        });
-    }
-    group.finish();
-    ran
-}
-
-fn fill_summary(fill: &Fill, settings: &Settings) -> String {
-    let load_before = load_average();
-    let lines: Vec<TimedLine<'_>> = fill.lines().into_iter().chain(fill.components()).collect();
-    let rounds = Rounds::run(&lines, settings.rounds, |_| NET_BATCH);
-
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "1. fill from L2 on the cluster vs a raw cluster GET: {} interleaved rounds of {NET_BATCH} \
-         ops per line\n   runtime {}; table clu_profile on slot {} of master {}; frame {} bytes; \
-         load average before: {load_before}\n",
-        settings.rounds, fill.runtime_name, fill.slot, fill.owner, fill.frame_len,
-    );
-    let _ = writeln!(
-        out,
-        "   {:<14} {:>12} {:>12}",
-        "line", "µs/op median", "µs/op min"
-    );
-    for name in rounds.names() {
-        let _ = writeln!(
-            out,
-            "   {name:<14} {:>12.2} {:>12.2}",
-            rounds.median(name),
-            rounds.min(name)
-        );
-    }
-    let ratio = rounds.paired(|t| t("fill_fresh") / t("raw_get"));
-    let extra = rounds.paired(|t| t("fill_fresh") - t("raw_get"));
-    let _ = writeln!(
-        out,
-        "\n   fill_fresh / raw_get = {ratio:.3} (overhead {:+.1}%, {extra:+.2} µs), \
-         target <= {TARGET_FILL}x: {}   [median over rounds of the ratio in one round]",
-        (ratio - 1.0) * 100.0,
-        verdict(ratio <= TARGET_FILL),
-    );
-    let _ = writeln!(
-        out,
-        "   (from the minima: fill_fresh / raw_get = {:.3}; the cluster client against a plain \
-         connection to the owner: raw_get / raw_get_node = {:.3})",
-        rounds.min("fill_fresh") / rounds.min("raw_get"),
-        rounds.paired(|t| t("raw_get") / t("raw_get_node")),
-    );
-    let stats = fill.cache.stats::<ClusterProfile>();
-    let _ = writeln!(
-        out,
-        "   node B: l2_hits {}, loader calls {}, l2_errors {}, decode_errors {}",
-        stats.l2_hits,
-        fill.loads.load(Relaxed),
-        stats.l2_errors,
-        stats.decode_errors
-    );
-    let _ = writeln!(out, "   load average after: {}", load_average());
-    out
 }
 
 // ---------------------------------------------------------------------------
