@@ -7,7 +7,8 @@
 //! ([`entity`]), the pool of ids and the raw `GET` line of `benches/l2.rs`
 //! and `benches/cluster` ([`pool`]), and the invalidation lines of
 //! `benches/coherence.rs` and `benches/cluster` ([`invalidation`]). Each
-//! bench includes this with `mod support;` and uses only part of it.
+//! bench includes this with `mod support;` (a bench in a folder, with
+//! `#[path = "../support/mod.rs"]`) and uses only part of it.
 
 pub mod draw;
 pub mod entity;
