@@ -52,6 +52,7 @@ use tokio::runtime::Runtime;
 #[allow(dead_code)]
 mod support;
 
+use support::draw::Rng;
 use support::{Rounds, TimedLine, benchmarking, cpus, load_average, publish};
 
 /// Ids per operation, unless `ECHO_BATCH_BENCH_N` says otherwise.
@@ -61,63 +62,23 @@ const ROUNDS: usize = 15;
 /// Operations per line per round of the summary pass.
 const OPS: u64 = 40;
 
-/// The cached entity: about 100 bytes, in memory and on the wire.
-#[near_cache(kind = "PRF", ttl_ms = 3_600_000, coherence = "none")]
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct Profile {
-    /// The user's number.
-    pub user: u64,
-    /// A short handle.
-    pub handle: String,
-    /// A longer display name.
-    pub display_name: String,
-    /// ISO country code.
-    pub country: String,
-    /// Level.
-    pub level: u32,
-    /// Rating.
-    pub rating: f64,
-    /// Badge numbers.
-    pub badges: Vec<u16>,
-    /// Creation time, ms since the epoch.
-    pub created_ms: u64,
+support::entity::profile! {
+    /// The cached entity: about 100 bytes, in memory and on the wire.
+    #[near_cache(kind = "PRF", ttl_ms = 3_600_000, coherence = "none")]
+    pub struct Profile;
 }
 
-fn profile(id: Id<Profile>) -> Profile {
-    let n = id.payload();
-    Profile {
-        user: n,
-        handle: format!("player-{:06}", n % 1_000_000),
-        display_name: format!("Display Name Number {:010}", n % 10_000_000_000),
-        country: "FR".to_owned(),
-        #[allow(clippy::cast_possible_truncation)]
-        level: (n % 100) as u32,
-        #[allow(clippy::cast_precision_loss)]
-        rating: 1_500.0 + (n % 1_000) as f64 / 10.0,
-        badges: vec![3, 17, 42, 105, 230, 311, 512, 999],
-        created_ms: 1_700_000_000_000 + n % 1_000_000,
-    }
-}
-
-/// `n` random 64-bit numbers (splitmix64, seeded by the clock).
+/// `n` random 64-bit numbers (SplitMix64, seeded by the clock).
 fn random_payloads(n: usize) -> Vec<u64> {
-    let mut state = u64::try_from(
+    let mut rng = Rng(u64::try_from(
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .expect("after 1970")
             .as_nanos()
             % u128::from(u64::MAX),
     )
-    .expect("fits");
-    (0..n)
-        .map(|_| {
-            state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let mut z = state;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            z ^ (z >> 31)
-        })
-        .collect()
+    .expect("fits"));
+    (0..n).map(|_| rng.next()).collect()
 }
 
 struct Bench {
@@ -148,7 +109,7 @@ impl Bench {
                     .l2(url.clone())
                     .loader(move |id: Id<Profile>| {
                         loads.fetch_add(1, Relaxed);
-                        async move { Ok::<_, std::io::Error>(Some(profile(id))) }
+                        async move { Ok::<_, std::io::Error>(Some(Profile::of(id))) }
                     })
                     .build()
                     .expect("the cache builds")

@@ -14,8 +14,9 @@
 //! line runs only if the durable lane is wired (its table comes up
 //! `Serving` within 3 s); otherwise the summary says it was skipped.
 //!
-//! One sample, in one task on the runtime (`support::invalidation_sample`,
-//! shared with `benches/cluster.rs`):
+//! One sample, in one task on the runtime
+//! (`support::invalidation::invalidation_sample`, shared with
+//! `benches/cluster`):
 //!
 //! 1. B fetches a fresh id twice: a fill, then a hit (B holds the row);
 //! 2. A calls `invalidate(id)`; the clock starts when the call returns;
@@ -110,10 +111,11 @@ use tokio::sync::mpsc;
 #[allow(dead_code)]
 mod support;
 
-use support::{
-    EVICTION_WAIT, Figures, Invalidation, LATE, Run, WatchFrom, benchmarking, cpus,
-    invalidation_line, invalidation_samples, load_average, measure, publish, quantile, us,
+use support::invalidation::{
+    EVICTION_WAIT, Figures, Invalidation, LATE, Run, WatchFrom, invalidation_line,
+    invalidation_samples, measure, quantile, us,
 };
+use support::{benchmarking, cpus, load_average, publish};
 
 /// Samples per line criterion is sized to collect.
 const TARGET_SAMPLES: u32 = 2_000;

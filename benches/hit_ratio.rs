@@ -41,6 +41,7 @@ use echo_cache::{Cache, Clock, Id, Source, near_cache};
 #[allow(dead_code)]
 mod support;
 
+use support::draw::{Rng, Zipf};
 use support::{benchmarking, publish};
 
 /// The hasher echo-cache uses inside: the peers hash as it does.
@@ -59,64 +60,9 @@ pub struct Entry {
     pub key: u64,
 }
 
-/// SplitMix64: deterministic traces, no dependency.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `[0, 1)`.
-    #[allow(clippy::cast_precision_loss)]
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1_u64 << 53) as f64
-    }
-
-    /// Uniform in `0..n`.
-    #[allow(clippy::cast_possible_truncation)]
-    fn below(&mut self, n: usize) -> usize {
-        ((u128::from(self.next()) * n as u128) >> 64) as usize
-    }
-}
-
 /// A scattered 64-bit key for `n`.
 fn key(n: u64) -> u64 {
     Rng(n).next()
-}
-
-/// Zipf's law over ranks `0..n`, drawn by inverting its distribution.
-struct Zipf {
-    cdf: Vec<f64>,
-}
-
-impl Zipf {
-    fn new(n: usize, s: f64) -> Zipf {
-        let mut total = 0.0;
-        let mut cdf: Vec<f64> = (1..=n)
-            .map(|rank| {
-                #[allow(clippy::cast_precision_loss)]
-                let weight = (rank as f64).powf(-s);
-                total += weight;
-                total
-            })
-            .collect();
-        for c in &mut cdf {
-            *c /= total;
-        }
-        Zipf { cdf }
-    }
-
-    fn rank(&self, rng: &mut Rng) -> u64 {
-        let u = rng.unit();
-        self.cdf
-            .partition_point(|&c| c <= u)
-            .min(self.cdf.len() - 1) as u64
-    }
 }
 
 /// The traces, `reads` keys each.
@@ -125,13 +71,18 @@ fn traces(reads: usize) -> Vec<(&'static str, Vec<u64>)> {
     let mut traces = Vec::new();
     for (name, s, seed) in [("zipf 0.8", 0.8, 1), ("zipf 0.99", 0.99, 2)] {
         let (zipf, mut rng) = (Zipf::new(universe, s), Rng(seed));
-        traces.push((name, (0..reads).map(|_| key(zipf.rank(&mut rng))).collect()));
+        traces.push((
+            name,
+            (0..reads)
+                .map(|_| key(zipf.rank(&mut rng) as u64))
+                .collect(),
+        ));
     }
     let (zipf, mut rng) = (Zipf::new(universe, 0.99), Rng(3));
     let mut scan = Vec::with_capacity(reads);
     let mut scanned = 1_u64 << 40;
     while scan.len() < reads {
-        scan.extend((0..5 * CAPACITY).map(|_| key(zipf.rank(&mut rng))));
+        scan.extend((0..5 * CAPACITY).map(|_| key(zipf.rank(&mut rng) as u64)));
         scan.extend((0..2 * CAPACITY).map(|_| {
             scanned += 1;
             key(scanned)
@@ -142,7 +93,7 @@ fn traces(reads: usize) -> Vec<(&'static str, Vec<u64>)> {
     let mut rng = Rng(4);
     let phase = 10 * CAPACITY;
     let shifting = (0..reads)
-        .map(|i| key(((i / phase) as u64) << 32 | zipf.rank(&mut rng)))
+        .map(|i| key(((i / phase) as u64) << 32 | zipf.rank(&mut rng) as u64))
         .collect();
     traces.push(("shifting", shifting));
     let looped = CAPACITY * 11 / 10;

@@ -75,6 +75,7 @@ use echo_cache::{Cache, Id, Source, near_cache};
 #[allow(dead_code)]
 mod support;
 
+use support::draw::{Rng, Zipf};
 use support::{benchmarking, cpus, load_average, median, poll_once, publish, verdict};
 
 /// The hasher echo-cache uses inside: the peers hash as it does.
@@ -213,31 +214,6 @@ fn contender<'a, E: Engine>(name: &'static str, engine: &'a E) -> Contender<'a> 
     )
 }
 
-/// SplitMix64: enough randomness for key sequences, no dependency.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `0..n`.
-    #[allow(clippy::cast_possible_truncation)]
-    fn below(&mut self, n: usize) -> usize {
-        ((u128::from(self.next()) * n as u128) >> 64) as usize
-    }
-
-    /// Uniform in `[0, 1)`.
-    #[allow(clippy::cast_precision_loss)]
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-}
-
 fn sequence(mut draw: impl FnMut() -> u64) -> Keys {
     let keys: Vec<u64> = (0..SEQ_LEN).map(|_| draw()).collect();
     keys.into_boxed_slice()
@@ -253,20 +229,8 @@ fn patterns(ids: &[u64]) -> Vec<Pattern> {
     for i in (1..shuffled.len()).rev() {
         shuffled.swap(i, rng.below(i + 1));
     }
-    // Inverse CDF of zipf(s) over ranks 1..=IDS.
-    let mut total = 0.0;
-    let cdf: Vec<f64> = (1..=IDS)
-        .map(|rank| {
-            #[allow(clippy::cast_precision_loss)]
-            let weight = (rank as f64).powf(-ZIPF_S);
-            total += weight;
-            total
-        })
-        .collect();
-    let zipf = |rng: &mut Rng| {
-        let u = rng.unit() * total;
-        shuffled[cdf.partition_point(|&c| c <= u).min(IDS - 1)]
-    };
+    let ranks = Zipf::new(IDS, ZIPF_S);
+    let zipf = |rng: &mut Rng| shuffled[ranks.rank(rng)];
     let two = |rng: &mut Rng, draw: &dyn Fn(&mut Rng) -> u64| {
         [sequence(|| draw(rng)), sequence(|| draw(rng))]
     };

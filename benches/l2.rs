@@ -107,10 +107,9 @@ use tokio::runtime::Runtime;
 #[allow(dead_code)]
 mod support;
 
+use support::pool::{POOL, at, timed_gets};
 use support::{Rounds, TimedLine, benchmarking, cpus, load_average, poll_once, publish, verdict};
 
-/// Ids filled in L2 by node A, read by node B.
-const POOL: usize = 8_192;
 /// Rounds of the summary pass.
 const ROUNDS: usize = 15;
 /// Operations per round of a line that goes to the server.
@@ -123,47 +122,15 @@ const HOT: usize = 1_024;
 /// the logical expiry.
 const FRAME_HEADER: usize = ID_LEN + 16;
 
-/// The cached entity: about 100 bytes, in memory and on the wire.
-#[near_cache(
-    kind = "PRF",
-    ttl_ms = 3_600_000,
-    coherence = "none",
-    max_size = 20_000
-)]
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct Profile {
-    /// The user's number.
-    pub user: u64,
-    /// A short handle.
-    pub handle: String,
-    /// A longer display name.
-    pub display_name: String,
-    /// ISO country code.
-    pub country: String,
-    /// Level.
-    pub level: u32,
-    /// Rating.
-    pub rating: f64,
-    /// Badge numbers.
-    pub badges: Vec<u16>,
-    /// Creation time, ms since the epoch.
-    pub created_ms: u64,
-}
-
-fn profile(id: Id<Profile>) -> Profile {
-    let n = id.payload();
-    Profile {
-        user: n,
-        handle: format!("player-{:06}", n % 1_000_000),
-        display_name: format!("Display Name Number {:010}", n % 10_000_000_000),
-        country: "FR".to_owned(),
-        #[allow(clippy::cast_possible_truncation)]
-        level: (n % 100) as u32,
-        #[allow(clippy::cast_precision_loss)]
-        rating: 1_500.0 + (n % 1_000) as f64 / 10.0,
-        badges: vec![3, 17, 42, 105, 230, 311, 512, 999],
-        created_ms: 1_700_000_000_000 + n % 1_000_000,
-    }
+support::entity::profile! {
+    /// The cached entity: about 100 bytes, in memory and on the wire.
+    #[near_cache(
+        kind = "PRF",
+        ttl_ms = 3_600_000,
+        coherence = "none",
+        max_size = 20_000
+    )]
+    pub struct Profile;
 }
 
 /// Everything the lines run against.
@@ -187,11 +154,6 @@ struct Bench {
     frame_len: usize,
     /// Kept alive for the whole run; killed on drop.
     server: RedisServer,
-}
-
-#[allow(clippy::cast_possible_truncation)]
-fn at(i: u64) -> usize {
-    i as usize % POOL
 }
 
 impl Bench {
@@ -218,7 +180,7 @@ impl Bench {
                     .l2(url.clone())
                     .loader(move |id: Id<Profile>| {
                         loads.fetch_add(1, Relaxed);
-                        async move { Ok::<_, std::io::Error>(Some(profile(id))) }
+                        async move { Ok::<_, std::io::Error>(Some(Profile::of(id))) }
                     })
                     .build()
                     .expect("the cache builds")
@@ -265,7 +227,7 @@ impl Bench {
         );
         let body = frame[FRAME_HEADER..].to_vec();
         let decoded: Profile = Postcard.decode(&body).expect("the body decodes");
-        assert_eq!(decoded, profile(ids[0]));
+        assert_eq!(decoded, Profile::of(ids[0]));
 
         let (manager, multiplexed) = runtime.block_on(async {
             let client = redis::Client::open(url.as_str()).expect("the URL parses");
@@ -279,7 +241,7 @@ impl Bench {
         runtime.block_on(async {
             let fetched = cache.fetch(ids[0]).await.expect("node B fetches");
             assert_eq!(fetched.source(), Source::L2);
-            assert_eq!(*fetched, profile(ids[0]));
+            assert_eq!(*fetched, Profile::of(ids[0]));
         });
         assert_eq!(loads.load(Relaxed), 0, "node B's loader was not called");
 
@@ -320,20 +282,8 @@ impl Bench {
     }
 
     /// `n` plain GETs of the pool's frames on `conn`.
-    fn gets<C: ConnectionLike + Send + 'static>(&self, mut conn: C, n: u64) -> Duration {
-        let keys = Arc::clone(&self.keys);
-        self.run(async move {
-            let start = Instant::now();
-            for i in 0..n {
-                let frame: Option<Vec<u8>> = redis::cmd("GET")
-                    .arg(&keys[at(i)])
-                    .query_async(&mut conn)
-                    .await
-                    .expect("GET answers");
-                black_box(frame.expect("the frame is there"));
-            }
-            start.elapsed()
-        })
+    fn gets<C: ConnectionLike + Send + 'static>(&self, conn: C, n: u64) -> Duration {
+        self.run(timed_gets(conn, Arc::clone(&self.keys), n))
     }
 
     fn raw_get_multiplexed(&self, n: u64) -> Duration {
@@ -455,7 +405,7 @@ impl Bench {
 
     /// `put` of a row in the L1-only cache, then `flush` when `flush`.
     fn put_flush(&self, n: u64, flush: bool) -> Duration {
-        let (id, value) = (self.ids[0], profile(self.ids[0]));
+        let (id, value) = (self.ids[0], Profile::of(self.ids[0]));
         let start = Instant::now();
         for _ in 0..n {
             let put = poll_once(self.l1_only.put(id, value.clone()));
