@@ -8,7 +8,8 @@ use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::{CLIENT_TIMEOUT, Error, ErrorKind, RedisServer, describe_command};
+use crate::server::describe_command;
+use crate::{CLIENT_TIMEOUT, Error, ErrorKind, RedisServer};
 
 /// The number of hash slots of a cluster.
 pub const SLOT_COUNT: u16 = 16_384;
