@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use coherence_support::{
     Broadcast, Entity, Row, Sor, Tracked, eventually, health, l2_row, link_clients, linked, node,
+    query,
 };
 use echo_cache::{Cache, Cached, Health, Id, RawId, Source, keyspace};
 use echo_cache_testkit::RedisServer;
@@ -93,10 +94,6 @@ async fn recovered(a: &Cache, b: &Cache, sor: &Sor, rows: (Id<Tracked>, Id<Broad
     not_a_hit(b, rows.0, 0).await;
     not_a_hit(b, rows.1, 0).await;
     both_coherent(a, b, sor).await;
-}
-
-async fn query<T: redis::FromRedisValue>(raw: &mut MultiplexedConnection, cmd: &redis::Cmd) -> T {
-    cmd.query_async(raw).await.expect("a raw command")
 }
 
 /// `CLIENT KILL` of both nodes' links, while the server refuses new
