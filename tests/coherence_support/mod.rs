@@ -1,4 +1,5 @@
-//! Shared by the coherence test binaries (`coherence_*.rs`): one `tracking`
+//! Shared by the coherence test binaries (`coherence/`, `coherence_*.rs`,
+//! `lost_grace.rs`, `cluster.rs`): one `tracking`
 //! and one `broadcast` table, a system of record that holds a revision per
 //! id, cache nodes built on one real server, and the bounded waits of
 //! `tests/common` (re-exported: one definition for every test binary).

@@ -10,11 +10,9 @@
 //! once the link is back the tables serve (and keep rows) again and other
 //! nodes' writes evict them again.
 
-mod coherence_support;
-
 use std::time::Duration;
 
-use coherence_support::{
+use crate::coherence_support::{
     Broadcast, Entity, Row, Sor, Tracked, eventually, health, l2_row, link_clients, linked, node,
     query,
 };
@@ -404,7 +402,8 @@ async fn a_push_naming_several_keys_evicts_every_row() {
 
     let mut mset = redis::cmd("MSET");
     for &id in &ids[..3] {
-        mset.arg(coherence_support::key(id)).arg("not a frame");
+        mset.arg(crate::coherence_support::key(id))
+            .arg("not a frame");
     }
     let () = server.query(&mset);
     eventually("B applies the three invalidations", async || {
