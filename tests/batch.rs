@@ -16,7 +16,7 @@ use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{Calls, Gate, bounded, eventually};
+use common::{Calls, Gate, bounded, eventually, query};
 use echo_cache::{Builder, Cache, Cached, Error, Fetched, Id, Source, keyspace, near_cache};
 use echo_cache_testkit::{RedisCluster, RedisServer};
 
@@ -269,11 +269,7 @@ async fn hits_l2_hits_and_loads_in_one_call_one_mget_one_batch_load() {
     // With a jittered TTL, as a fill writes it.
     let mut raw = server.connection().await;
     let key = keyspace::key(Item::spec(), &fresh[0].raw());
-    let pttl: i64 = redis::cmd("PTTL")
-        .arg(&key)
-        .query_async(&mut raw)
-        .await
-        .unwrap();
+    let pttl: i64 = query(&mut raw, redis::cmd("PTTL").arg(&key)).await;
     assert!((540_000..=660_000).contains(&pttl), "{pttl}");
 }
 

@@ -13,17 +13,13 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use coherence_support::{Broadcast, Entity, Sor, Tracked, bounded, checker, entity, eventually};
+use coherence_support::checker::{self, D, RUN_FOR};
+use coherence_support::{Broadcast, Entity, Sor, Tracked, bounded, entity, eventually};
 use echo_cache::{Builder, Cache, Cached, Id, Source, keyspace, near_cache};
 use echo_cache_testkit::{ClusterNode, RedisCluster};
 
 entity!(Durable, "DUR", "durable", "durable");
 entity!(Plain, "PLN", "none", "plain");
-
-/// The delivery bound on a cluster, as on one server (`coherence_races`).
-const D: Duration = Duration::from_millis(100);
-/// How long the readers of a stale-read checker read.
-const RUN_FOR: Duration = Duration::from_millis(2_500);
 
 /// `builder` with loaders of every table here that read `sor`.
 fn loaders(builder: Builder, sor: &Sor) -> Builder {
@@ -85,10 +81,7 @@ async fn keys_land_on_the_slot_and_the_node_that_own_them() {
 
 async fn stale_read_checker<T: Entity>() {
     let cluster = RedisCluster::start(3, 0);
-    let sor = Sor::default();
-    let nodes = [node(&cluster, &sor), node(&cluster, &sor)];
-    ready(&nodes).await;
-    checker::run::<T>(&nodes, &sor, RUN_FOR, D, std::future::ready(None)).await;
+    checker::two_nodes::<T>(|sor| node(&cluster, sor), ready).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,6 +1,8 @@
 //! Coherence across nodes, `durable`: cache handles on one real server, each
 //! reading the table's stream through the consumer group of its node name.
 
+mod common;
+
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
@@ -9,6 +11,8 @@ use std::time::Duration;
 
 use echo_cache::{Cache, Cached, Health, Id, Kind, RawId, Source, keyspace, near_cache};
 use echo_cache_testkit::RedisServer;
+
+use common::{eventually_within, health};
 
 #[near_cache(
     kind = "LED",
@@ -23,6 +27,8 @@ struct Ledger {
 
 /// The longest any wait for a condition lasts before the test fails.
 const BOUND: Duration = Duration::from_secs(10);
+/// How often a wait polls: some probes open a connection (`XPENDING`).
+const POLL: Duration = Duration::from_millis(5);
 
 /// The system of record: one revision counter shared by every entity.
 #[derive(Clone, Default)]
@@ -45,27 +51,9 @@ impl Store {
     }
 }
 
-fn health(cache: &Cache) -> Health {
-    cache
-        .tables()
-        .iter()
-        .find(|t| t.spec.name() == Ledger::spec().name())
-        .unwrap()
-        .health
-}
-
-/// Polls `probe` until it holds, for at most [`BOUND`].
-async fn eventually(what: &str, mut probe: impl AsyncFnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + BOUND;
-    while !probe().await {
-        assert!(tokio::time::Instant::now() < deadline, "never: {what}");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-}
-
 async fn serving(cache: &Cache) {
-    eventually("the durable lane is up", async || {
-        health(cache) == Health::Serving
+    eventually_within(BOUND, POLL, "the durable lane is up", async || {
+        health::<Ledger>(cache) == Health::Serving
     })
     .await;
 }
@@ -111,21 +99,24 @@ async fn a_write_on_one_node_evicts_the_row_on_another() {
     store.0.store(1, SeqCst);
     a.put(id, Ledger { revision: 1 }).await.unwrap();
     assert_eq!(a.fetch(id).await.unwrap().revision, 1, "read your writes");
-    eventually("B drops its old row", async || {
+    eventually_within(BOUND, POLL, "B drops its old row", async || {
         b.fetch(id).await.unwrap().revision == 1
     })
     .await;
 
     store.0.store(2, SeqCst);
     let version = a.invalidate(id).await.unwrap();
-    eventually("B drops its row again", async || {
+    eventually_within(BOUND, POLL, "B drops its row again", async || {
         b.fetch(id).await.unwrap().revision == 2
     })
     .await;
     // A repeated message changes nothing: B keeps its new row.
     let before = b.stats::<Ledger>().invalidations;
     a.invalidate_at(id, version).await.unwrap();
-    eventually("acknowledged", async || pending(&server, "b") == 0).await;
+    eventually_within(BOUND, POLL, "acknowledged", async || {
+        pending(&server, "b") == 0
+    })
+    .await;
     assert_eq!(b.fetch(id).await.unwrap().source(), Source::Hit);
     assert_eq!(b.stats::<Ledger>().invalidations, before);
 }
@@ -149,7 +140,7 @@ async fn an_invalidation_at_a_version_of_another_kind_reaches_the_other_node() {
         .await
         .unwrap();
     assert_eq!(a.fetch(id).await.unwrap().revision, 1, "read your writes");
-    eventually("B drops its old row", async || {
+    eventually_within(BOUND, POLL, "B drops its old row", async || {
         b.fetch(id).await.unwrap().revision == 1
     })
     .await;
@@ -208,11 +199,11 @@ async fn a_consumer_killed_mid_batch_applies_every_message_and_drains_its_pendin
     }
     assert!(reader.await.unwrap() > 0);
 
-    eventually("every message applied on B", async || {
+    eventually_within(BOUND, POLL, "every message applied on B", async || {
         b.stats::<Ledger>().invalidations - before == *written.lock().unwrap()
     })
     .await;
-    eventually("B's pending list drained", async || {
+    eventually_within(BOUND, POLL, "B's pending list drained", async || {
         pending(&server, "b") == 0
     })
     .await;
@@ -231,7 +222,7 @@ async fn a_node_restarted_under_its_name_catches_up_on_what_it_missed() {
     serving(&a).await;
     serving(&b).await;
     drop(b);
-    eventually("B's lane is gone", async || {
+    eventually_within(BOUND, POLL, "B's lane is gone", async || {
         let clients: String = server.query(redis::cmd("CLIENT").arg("LIST"));
         !clients.contains("name=ecc-durable:b ")
     })
@@ -257,7 +248,7 @@ async fn a_node_restarted_under_its_name_catches_up_on_what_it_missed() {
 
     let id = Id::<Ledger>::mint();
     a.invalidate(id).await.unwrap();
-    eventually("C reads what comes after it", async || {
+    eventually_within(BOUND, POLL, "C reads what comes after it", async || {
         c.stats::<Ledger>().invalidations == 1
     })
     .await;

@@ -9,7 +9,6 @@
 mod coherence_support;
 
 use std::convert::Infallible;
-use std::time::Duration;
 
 use coherence_support::{
     Broadcast, Entity, Row, Sor, Tracked, bounded, builder, checker, entity, eventually, health,
@@ -24,16 +23,6 @@ use tokio::sync::{mpsc, oneshot};
 // L2 obeys invalidations like every other table's.
 entity!(Durable, "DUR", "durable", "durable");
 entity!(Plain, "PLN", "none", "plain");
-
-/// The delivery bound `D` on loopback, the same for `tracking`,
-/// `broadcast` and `durable`: a write acknowledged on one node is applied
-/// on every other node within it (see "Delivery bound" in
-/// `echo-cache/src/coherence/mod.rs`; a durable lane's read is blocked on
-/// the stream, so it takes a message as soon as it is appended). A push or
-/// a message takes well under a millisecond on loopback; the bound is
-/// generous so that a loaded two-core CI machine, which may leave a lane's
-/// task unscheduled for a while, does not fail the checker.
-const D: Duration = Duration::from_millis(100);
 
 /// A node whose loaders, the durable and plain tables' included, read `sor`.
 fn node(server: &RedisServer, sor: &Sor) -> Cache {
@@ -54,18 +43,18 @@ async fn lanes_up(cache: &Cache) {
     .await;
 }
 
-/// How long the readers of the stale-read checker read.
-const RUN_FOR: Duration = Duration::from_millis(2_500);
-
 /// The stale-read checker of a mode, on two nodes of one server.
 async fn stale_read_checker<T: Entity>() {
     let server = RedisServer::start();
-    let sor = Sor::default();
-    let nodes = [node(&server, &sor), node(&server, &sor)];
-    for node in &nodes {
-        lanes_up(node).await;
-    }
-    checker::run::<T>(&nodes, &sor, RUN_FOR, D, std::future::ready(None)).await;
+    checker::two_nodes::<T>(
+        |sor| node(&server, sor),
+        async |nodes: &[Cache]| {
+            for node in nodes {
+                lanes_up(node).await;
+            }
+        },
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -11,7 +11,7 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::time::Duration;
 
-use common::{bounded, eventually};
+use common::{bounded, eventually, health};
 use echo_cache::{Cache, Cached, Clock, Eviction, Health, Id, Source, near_cache};
 
 /// A hundred rows at most, evicting the cold ones (the default).
@@ -98,12 +98,6 @@ impl Number for Kept {
     fn number(&self) -> u64 {
         self.n
     }
-}
-
-fn health<T: Cached>(cache: &Cache) -> Health {
-    let name = T::spec().name();
-    let table = cache.tables().into_iter().find(|t| t.spec.name() == name);
-    table.expect("a table of T").health
 }
 
 /// Ids `from..from + n`.

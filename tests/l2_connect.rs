@@ -3,11 +3,14 @@
 //! checks (the URL) versus what only the server can (credentials, database,
 //! certificates: L2 errors, the loader serves).
 
+mod common;
+
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::time::Duration;
 
+use common::health;
 use echo_cache::{Builder, Cache, Cached, Error, Health, Id, Source, keyspace, near_cache};
 use echo_cache_testkit::RedisServer;
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
@@ -116,12 +119,6 @@ fn exists_in(server: &RedisServer, db: i64, key: &str) -> bool {
         .expect("EXISTS")
 }
 
-fn health(cache: &Cache) -> Health {
-    let tables = cache.tables();
-    let table = tables.iter().find(|t| t.spec.name() == "connect_games");
-    table.expect("the table is listed").health
-}
-
 fn dbsize(server: &RedisServer) -> i64 {
     server.query(&redis::cmd("DBSIZE"))
 }
@@ -181,7 +178,7 @@ async fn a_wrong_password_builds_and_serves_from_the_loader() {
     assert_eq!(dbsize(&server), 0, "nothing was written");
     // A refused login opens the breaker: one probe per interval, not one
     // login per fetch.
-    assert_eq!(health(&cache), Health::L2Down);
+    assert_eq!(health::<Game>(&cache), Health::L2Down);
     // The server saw the failed login.
     let failures: Vec<redis::Value> = server.query(redis::cmd("ACL").arg("LOG"));
     assert!(!failures.is_empty(), "ACL LOG records the failed AUTH");

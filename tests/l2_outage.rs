@@ -2,11 +2,15 @@
 //! reaches a caller while the loader is healthy, no caller waits past the
 //! L2 timeout plus the loader, and L2 is used again when it comes back.
 
+mod common;
+
 use std::convert::Infallible;
 use std::time::{Duration, Instant};
 
 use echo_cache::{Cache, Health, Id, Source, near_cache};
 use echo_cache_testkit::RedisServer;
+
+use common::{eventually_within, health};
 
 #[near_cache(kind = "OUT", ttl_ms = 60_000, name = "outage_games")]
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -51,22 +55,21 @@ async fn fetch_fresh(cache: &Cache) -> Source {
     fetched.source()
 }
 
-fn health(cache: &Cache) -> Health {
-    cache
-        .tables()
-        .iter()
-        .find(|t| t.spec.name() == "outage_games")
-        .unwrap()
-        .health
-}
+/// How long a wait for L2 to be used again (or a write dropped) lasts at
+/// most, and how often it polls: each probe is a fetch, which may wait out
+/// the L2 timeout.
+const RECOVERY: Duration = Duration::from_secs(10);
+const RECOVERY_POLL: Duration = Duration::from_millis(20);
 
-/// Polls `probe` until it holds, for at most ten seconds.
-async fn eventually(what: &str, mut probe: impl AsyncFnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while !probe().await {
-        assert!(tokio::time::Instant::now() < deadline, "never: {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+/// Waits until a fill by `cache` lands in L2 again: a fresh node reads it
+/// from there.
+async fn l2_used_again(server: &RedisServer, cache: &Cache, what: &str) {
+    eventually_within(RECOVERY, RECOVERY_POLL, what, async || {
+        let id = Id::<Game>::mint();
+        cache.fetch(id).await.expect("loader answers");
+        node(server).fetch(id).await.expect("answers").source() == Source::L2
+    })
+    .await;
 }
 
 #[tokio::test]
@@ -86,18 +89,12 @@ async fn a_killed_server_falls_through_to_the_loader_and_is_used_again_after_res
         stats.l2_writes_dropped > 0,
         "writes during the outage are dropped and counted"
     );
-    assert_eq!(health(&cache), Health::L2Down);
+    assert_eq!(health::<Game>(&cache), Health::L2Down);
 
     server.restart();
     // A fill by this node lands in L2 again: a fresh node reads it from there.
-    eventually("L2 is used again", async || {
-        let id = Id::<Game>::mint();
-        cache.fetch(id).await.expect("loader answers");
-        let other = node(&server);
-        other.fetch(id).await.expect("answers").source() == Source::L2
-    })
-    .await;
-    assert_eq!(health(&cache), Health::Serving);
+    l2_used_again(&server, &cache, "L2 is used again").await;
+    assert_eq!(health::<Game>(&cache), Health::Serving);
 }
 
 #[tokio::test]
@@ -113,12 +110,7 @@ async fn a_paused_server_costs_at_most_the_l2_timeout() {
     assert!(cache.stats::<Game>().l2_errors > 0);
     server.resume();
 
-    eventually("L2 is used again after the pause", async || {
-        let id = Id::<Game>::mint();
-        cache.fetch(id).await.expect("loader answers");
-        node(&server).fetch(id).await.expect("answers").source() == Source::L2
-    })
-    .await;
+    l2_used_again(&server, &cache, "L2 is used again after the pause").await;
 }
 
 /// The first fetch of an outage (the breaker still closed) is answered
@@ -140,9 +132,12 @@ async fn a_fetch_during_an_outage_waits_for_one_l2_timeout_not_two() {
         took < l2_timeout + LOADER_TIME + l2_timeout / 2,
         "answered after {took:?}: the read's timeout, the loader, and the write's"
     );
-    eventually("the write to be dropped", async || {
-        cache.stats::<Game>().l2_writes_dropped > 0
-    })
+    eventually_within(
+        RECOVERY,
+        RECOVERY_POLL,
+        "the write to be dropped",
+        async || cache.stats::<Game>().l2_writes_dropped > 0,
+    )
     .await;
     server.resume();
 }
@@ -154,12 +149,7 @@ async fn a_cache_built_while_the_server_is_down_serves_and_catches_up() {
     let cache = node(&server);
     assert_eq!(fetch_fresh(&cache).await, Source::Fill);
     server.restart();
-    eventually("L2 is used once the server is up", async || {
-        let id = Id::<Game>::mint();
-        cache.fetch(id).await.expect("loader answers");
-        node(&server).fetch(id).await.expect("answers").source() == Source::L2
-    })
-    .await;
+    l2_used_again(&server, &cache, "L2 is used once the server is up").await;
 }
 
 #[tokio::test]

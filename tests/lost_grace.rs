@@ -7,7 +7,7 @@
 mod coherence_support;
 
 use coherence_support::{
-    Entity, Sor, eventually, health, link_clients, linked, reads, with_loaders,
+    Entity, Sor, eventually, health, link_clients, linked, query, reads, with_loaders,
 };
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
@@ -170,10 +170,6 @@ async fn let_in(raw: &mut MultiplexedConnection) {
             .arg("10000"),
     )
     .await;
-}
-
-async fn query<T: redis::FromRedisValue>(raw: &mut MultiplexedConnection, cmd: &redis::Cmd) -> T {
-    cmd.query_async(raw).await.expect("the server answers")
 }
 
 /// The fetch of `id` on `cache`: its source and revision.

@@ -9,6 +9,20 @@ use echo_cache::{Cache, Error, Id, Source};
 
 use super::{Entity, Sor, bounded};
 
+/// The delivery bound `D` on loopback, the same for `tracking`,
+/// `broadcast` and `durable`, on one server and on a cluster: a write
+/// acknowledged on one node is applied on every other node within it (see
+/// "Delivery bound" in `echo-cache/src/coherence/mod.rs`; a durable lane's
+/// read is blocked on the stream, so it takes a message as soon as it is
+/// appended). A push or a message takes well under a millisecond on
+/// loopback; the bound is generous so that a loaded two-core CI machine,
+/// which may leave a lane's task unscheduled for a while, does not fail the
+/// checker.
+pub const D: Duration = Duration::from_millis(100);
+
+/// How long the readers of a stale-read checker read.
+pub const RUN_FOR: Duration = Duration::from_millis(2_500);
+
 /// Ids written and read by the stale-read checker.
 const IDS: usize = 100;
 
@@ -181,6 +195,16 @@ pub async fn run<T: Entity>(
         backwards.len(),
         backwards.first()
     );
+}
+
+/// The stale-read checker of `T` undisturbed, on two nodes: `node` builds
+/// each (its loaders reading `sor`), `ready` waits until they serve, then
+/// [`run`] for [`RUN_FOR`] with the bound [`D`].
+pub async fn two_nodes<T: Entity>(node: impl Fn(&Sor) -> Cache, ready: impl AsyncFn(&[Cache])) {
+    let sor = Sor::default();
+    let nodes = [node(&sor), node(&sor)];
+    ready(&nodes).await;
+    run::<T>(&nodes, &sor, RUN_FOR, D, std::future::ready(None)).await;
 }
 
 /// The server away: from `began` to `ended`; a write acknowledged meanwhile

@@ -1,4 +1,5 @@
-//! Shared by the coherence test binaries (`coherence_*.rs`): one `tracking`
+//! Shared by the coherence test binaries (`coherence/`, `coherence_*.rs`,
+//! `lost_grace.rs`, `cluster.rs`): one `tracking`
 //! and one `broadcast` table, a system of record that holds a revision per
 //! id, cache nodes built on one real server, and the bounded waits of
 //! `tests/common` (re-exported: one definition for every test binary).
@@ -15,7 +16,7 @@ pub mod checker;
 // Each binary uses part of these; like `dead_code` above, an unused one
 // must not warn.
 #[allow(unused_imports)]
-pub use common::{BOUND, bounded, eventually};
+pub use common::{BOUND, bounded, eventually, health, query};
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -128,16 +129,6 @@ pub fn reads<T: Entity>(
     move |id| std::future::ready(Ok(Some(T::at(sor.get(id.raw())))))
 }
 
-pub fn health<T: Cached>(cache: &Cache) -> Health {
-    let name = T::spec().name();
-    cache
-        .tables()
-        .iter()
-        .find(|t| t.spec.name() == name)
-        .expect("the table is declared")
-        .health
-}
-
 /// Waits until the coherence link of `cache` is up ([`Cache::ready`]):
 /// both tables serve.
 pub async fn linked(cache: &Cache) {
@@ -175,11 +166,7 @@ impl Row {
 
 /// Reads the L2 row of `id` on `connection`.
 pub async fn l2_row<T: Cached>(connection: &mut MultiplexedConnection, id: Id<T>) -> Row {
-    let raw: Option<Vec<u8>> = redis::cmd("GET")
-        .arg(key(id))
-        .query_async(connection)
-        .await
-        .expect("GET");
+    let raw: Option<Vec<u8>> = query(connection, redis::cmd("GET").arg(key(id))).await;
     match raw {
         None => Row::Absent,
         Some(bytes) => {

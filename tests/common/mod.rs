@@ -1,6 +1,7 @@
 //! Helpers shared by the integration tests: a gate a loader waits on, a
-//! counter of loader calls, bounded waits for a condition or a future, and
-//! the checks of the `conflict_*` binaries ([`conflict`]).
+//! counter of loader calls, bounded waits for a condition or a future, a
+//! table's health, a raw command on the test's own connection, and the checks of the
+//! `conflict_*` binaries ([`conflict`]).
 //!
 //! Nothing here sleeps to let time pass: every wait polls a condition and
 //! gives up (failing the test) after [`BOUND`].
@@ -10,6 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use echo_cache::{Cache, Cached, Health};
 use tokio::sync::watch;
 
 pub mod conflict;
@@ -18,21 +20,34 @@ pub mod conflict;
 pub const BOUND: Duration = Duration::from_secs(20);
 
 /// Waits until `probe` holds, polling it every millisecond; panics naming
-/// `what` if it does not hold within [`BOUND`] (a probe that hangs counts
-/// against the bound too).
+/// `what` if it does not hold within [`BOUND`]. See [`eventually_within`].
+pub async fn eventually(what: &str, probe: impl AsyncFnMut() -> bool) {
+    eventually_within(BOUND, Duration::from_millis(1), what, probe).await;
+}
+
+/// Waits until `probe` holds, polling it every `poll`; panics naming `what`
+/// if it does not hold within `bound` (a probe that hangs counts against
+/// the bound too). For a test whose probe is costly (a fresh connection, a
+/// fetch that may wait on L2) and so polls less often, or that waits less
+/// than [`BOUND`].
 ///
 /// The probe may await (`async || cache.fetch(id).await…`) or not
 /// (`async || calls.get() == 1`).
-pub async fn eventually(what: &str, mut probe: impl AsyncFnMut() -> bool) {
-    let polled = tokio::time::timeout(BOUND, async {
+pub async fn eventually_within(
+    bound: Duration,
+    poll: Duration,
+    what: &str,
+    mut probe: impl AsyncFnMut() -> bool,
+) {
+    let polled = tokio::time::timeout(bound, async {
         while !probe().await {
-            tokio::time::sleep(Duration::from_millis(1)).await;
+            tokio::time::sleep(poll).await;
         }
     })
     .await;
     assert!(
         polled.is_ok(),
-        "timed out after {BOUND:?} waiting for {what}"
+        "timed out after {bound:?} waiting for {what}"
     );
 }
 
@@ -42,6 +57,24 @@ pub async fn bounded<F: Future>(what: &str, future: F) -> F::Output {
         Ok(output) => output,
         Err(_) => panic!("timed out after {BOUND:?} waiting for {what}"),
     }
+}
+
+/// The health of `T`'s table in `cache`.
+pub fn health<T: Cached>(cache: &Cache) -> Health {
+    let name = T::spec().name();
+    let table = cache.tables().into_iter().find(|t| t.spec.name() == name);
+    table.expect("the table is declared").health
+}
+
+/// Runs one command on `connection` (the test's own, not a cache's) and
+/// converts the reply; panics if the server does not answer.
+pub async fn query<T: redis::FromRedisValue>(
+    connection: &mut redis::aio::MultiplexedConnection,
+    cmd: &redis::Cmd,
+) -> T {
+    cmd.query_async(connection)
+        .await
+        .expect("the server answers")
 }
 
 /// A gate loaders wait on until the test opens it.

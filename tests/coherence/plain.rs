@@ -1,10 +1,9 @@
 //! Coherence across nodes, the plain path of `tracking` and `broadcast`: a
-//! write on one node evicts the row another node holds. (The races, the
-//! faults and the scripts have their own `coherence_*` binaries.)
+//! write on one node evicts the row another node holds. (The faults and
+//! the scripts are modules of this binary too; the races, the outages and
+//! `durable` have their own `coherence_*` binaries.)
 
-mod coherence_support;
-
-use coherence_support::{Broadcast, Entity, Sor, Tracked, eventually, linked, node};
+use crate::coherence_support::{Broadcast, Entity, Sor, Tracked, eventually, linked, node};
 use echo_cache::{Cached, Id, Source};
 use echo_cache_testkit::RedisServer;
 

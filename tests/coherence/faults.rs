@@ -10,12 +10,11 @@
 //! once the link is back the tables serve (and keep rows) again and other
 //! nodes' writes evict them again.
 
-mod coherence_support;
-
 use std::time::Duration;
 
-use coherence_support::{
+use crate::coherence_support::{
     Broadcast, Entity, Row, Sor, Tracked, eventually, health, l2_row, link_clients, linked, node,
+    query,
 };
 use echo_cache::{Cache, Cached, Health, Id, RawId, Source, keyspace};
 use echo_cache_testkit::RedisServer;
@@ -93,10 +92,6 @@ async fn recovered(a: &Cache, b: &Cache, sor: &Sor, rows: (Id<Tracked>, Id<Broad
     not_a_hit(b, rows.0, 0).await;
     not_a_hit(b, rows.1, 0).await;
     both_coherent(a, b, sor).await;
-}
-
-async fn query<T: redis::FromRedisValue>(raw: &mut MultiplexedConnection, cmd: &redis::Cmd) -> T {
-    cmd.query_async(raw).await.expect("a raw command")
 }
 
 /// `CLIENT KILL` of both nodes' links, while the server refuses new
@@ -407,7 +402,8 @@ async fn a_push_naming_several_keys_evicts_every_row() {
 
     let mut mset = redis::cmd("MSET");
     for &id in &ids[..3] {
-        mset.arg(coherence_support::key(id)).arg("not a frame");
+        mset.arg(crate::coherence_support::key(id))
+            .arg("not a frame");
     }
     let () = server.query(&mset);
     eventually("B applies the three invalidations", async || {

@@ -10,11 +10,9 @@
 //! (its `invalidations` counter is unchanged, its row is kept); a fill never
 //! overwrites a newer frame or tombstone.
 
-mod coherence_support;
-
 use std::fmt::Debug;
 
-use coherence_support::{
+use crate::coherence_support::{
     Broadcast, Entity, Row, Sor, Tracked, bounded, eventually, l2_row, linked, node,
 };
 use echo_cache::{Cache, Coherence, Id, Minter, RawId, Source};

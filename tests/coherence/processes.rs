@@ -6,14 +6,14 @@
 //! and reports them on its stdout. The system of record both processes
 //! load from is a key per id on the same server.
 
-mod coherence_support;
-
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use coherence_support::{BOUND, Broadcast, Entity, Tracked, builder_for, eventually, linked};
+use crate::coherence_support::{
+    BOUND, Broadcast, Entity, Tracked, builder_for, eventually, linked,
+};
 use echo_cache::{Builder, Cache, Cached, Id, Minter, Source};
 use echo_cache_testkit::RedisServer;
 
@@ -76,10 +76,19 @@ impl Reports {
     }
 }
 
+/// The name the harness knows [`child_node`] by: its path in this binary,
+/// without the crate's name.
+fn child_test() -> String {
+    match module_path!().split_once("::") {
+        Some((_, module)) => format!("{module}::child_node"),
+        None => "child_node".to_owned(),
+    }
+}
+
 fn spawn_child(server: &RedisServer, t: Id<Tracked>, w: Id<Broadcast>) -> (Guard, Reports) {
     let exe = std::env::current_exe().expect("the test binary");
     let mut child = Command::new(exe)
-        .args(["child_node", "--exact", "--ignored", "--nocapture"])
+        .args([&child_test(), "--exact", "--ignored", "--nocapture"])
         .args(["--test-threads", "1"])
         .env(CHILD_ENV, format!("{} {t} {w}", server.url()))
         .stdin(Stdio::null())
