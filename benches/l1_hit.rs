@@ -58,6 +58,11 @@
 //! cargo bench --bench l1_hit            # everything, a few minutes
 //! cargo bench --bench l1_hit -- zipf/1t # one group (the summary still runs)
 //! ```
+//!
+//! Times move with the machine's load; instruction counts do not:
+//! `scripts/instructions` counts the instructions of the same hit (the same
+//! fill, sequences and loop, `support::l1`) under callgrind, for every
+//! engine at 100,000 and 1,000,000 rows (`benches/hit_instructions.rs`).
 
 use std::fmt::Write as _;
 use std::sync::Barrier;

@@ -1,8 +1,10 @@
-//! An L1 hit's setup, out of `benches/l1_hit.rs` so that another bench can
-//! fill and read the same engines the same way: the cached entity
-//! ([`entity!`]), the five engines and how each is filled and checked,
-//! the three key patterns and the loop of hits. `benches/l1_hit.rs`'s
-//! opening says what is filled and read.
+//! An L1 hit's setup, written once for the bench that times it
+//! (`benches/l1_hit.rs`) and the one that counts its instructions
+//! (`benches/hit_instructions.rs`): the cached entity ([`entity!`]), the
+//! five engines and how each is filled and checked, and the three key
+//! patterns. Both benches fill an engine the same way and read it along
+//! the same sequences, so a time and an instruction count are of the same
+//! hit. `benches/l1_hit.rs`'s opening says what is filled and read.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -133,7 +135,8 @@ pub trait Engine: Sync {
 }
 
 /// `n` hits of `engine` along `keys`, in a loop whose body is the hit
-/// alone: what `benches/l1_hit.rs` times.
+/// alone: what `benches/l1_hit.rs` times and `benches/hit_instructions.rs`
+/// counts (callgrind collects inside this function only).
 #[inline(never)]
 pub fn hits<E: Engine>(engine: &E, keys: &[u64; SEQ_LEN], n: u64) {
     for i in 0..n {

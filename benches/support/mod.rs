@@ -3,8 +3,8 @@
 //! table is written; and the interleaved rounds of a summary pass
 //! ([`Rounds`], for `benches/l2.rs` and `benches/cluster`). Below it, what
 //! only some benches use: the draws of keys ([`draw`]: one `Rng`, one
-//! `Zipf`), an L1 hit's setup, engines and loop (`benches/l1_hit.rs`:
-//! [`l1`]), the `Profile` entity of the
+//! `Zipf`), an L1 hit's setup, engines and loop (`benches/l1_hit.rs`,
+//! `benches/hit_instructions.rs`: [`l1`]), the `Profile` entity of the
 //! benches that go to L2 ([`entity`]), the pool of ids and the raw `GET`
 //! line of `benches/l2.rs` and `benches/cluster` ([`pool`]), and the
 //! invalidation lines of `benches/coherence.rs` and `benches/cluster`
