@@ -26,8 +26,10 @@
 //! included (the `loop` engine's figure).
 //!
 //! The ids are minted and the hashers seeded at random, as in
-//! `benches/l1_hit.rs`, so probe lengths, and the count, vary a little from
-//! run to run (a few hundredths of an instruction per hit).
+//! `benches/l1_hit.rs`, so probe lengths, and the count, vary from run to
+//! run: echo-cache's by up to about 2 instructions per hit where a few keys
+//! take most reads (zipf, hot at 100,000 rows), the others' by a few
+//! tenths. `REPEAT=n scripts/instructions` takes the median of n runs.
 //!
 //! Run with no arguments (`cargo bench`, `cargo test --benches`) it says
 //! how to run it, and does nothing else.
