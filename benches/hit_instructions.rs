@@ -27,9 +27,9 @@
 //!
 //! The ids are minted and the hashers seeded at random, as in
 //! `benches/l1_hit.rs`, so probe lengths, and the count, vary from run to
-//! run: echo-cache's by up to about 2 instructions per hit where a few keys
-//! take most reads (zipf, hot at 100,000 rows), the others' by a few
-//! tenths. `REPEAT=n scripts/instructions` takes the median of n runs.
+//! run: echo-cache's and moka's by up to about 4 instructions per hit, the
+//! others' by about 1 at most. `REPEAT=n scripts/instructions` takes the
+//! median of n runs.
 //!
 //! Run with no arguments (`cargo bench`, `cargo test --benches`) it says
 //! how to run it, and does nothing else.
