@@ -58,120 +58,47 @@
 //! cargo bench --bench l1_hit            # everything, a few minutes
 //! cargo bench --bench l1_hit -- zipf/1t # one group (the summary still runs)
 //! ```
+//!
+//! Times move with the machine's load; instruction counts do not:
+//! `scripts/instructions` counts the instructions of the same hit (the same
+//! fill, sequences and loop, `support::l1`) under callgrind, for every
+//! engine at 100,000 and 1,000,000 rows (`benches/hit_instructions.rs`).
 
-use std::collections::HashMap;
 use std::fmt::Write as _;
-use std::future::Future;
-use std::hint::black_box;
-use std::pin::pin;
-use std::sync::{Arc, Barrier};
-use std::task::{Context, Poll, Waker};
+use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput};
-use echo_cache::{Cache, Id, Source, near_cache};
+use echo_cache::{Cache, near_cache};
 
 // Not every bench uses every shared helper; an unused one would warn as dead.
 #[allow(dead_code)]
 mod support;
 
-use support::draw::{Rng, Zipf};
-use support::{benchmarking, cpus, load_average, median, poll_once, publish, verdict};
-
-/// The hasher echo-cache uses inside: the peers hash as it does.
-type Hasher = foldhash::quality::RandomState;
+use support::l1::{Engine, Keys, Pattern, SEQ_LEN, hits, ids, patterns};
+use support::{benchmarking, cpus, load_average, median, publish, verdict};
 
 /// Ids cached in every engine.
 const IDS: usize = 100_000;
-/// Ids in the hot set.
-const HOT: usize = 1_000;
-/// Keys in each precomputed sequence (a power of two).
-const SEQ_LEN: usize = 1 << 18;
-/// The zipf exponent.
-const ZIPF_S: f64 = 1.0;
 /// Rounds of the summary pass, and lookups per thread in each.
 const ROUNDS: usize = 7;
 const BATCH: u64 = 1 << 20;
 
-/// The cached entity.
-#[near_cache(
-    kind = "ENT",
-    ttl_ms = 3_600_000,
-    coherence = "none",
-    max_size = 200_000
-)]
-#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
-pub struct Entity {
-    /// Some payload, so a value is more than its key.
-    pub name: String,
-}
-
-/// One key sequence per thread.
-type Keys = Box<[u64; SEQ_LEN]>;
-
-/// A key pattern: its name and a sequence for each of the two threads.
-struct Pattern {
-    name: &'static str,
-    seqs: [Keys; 2],
-}
-
-/// Something that answers a hit for a key.
-trait Engine: Sync {
-    fn hit(&self, key: u64);
-}
-
-struct Echo(Cache);
-struct Quick(quick_cache::sync::Cache<u64, Arc<Entity>, quick_cache::UnitWeighter, Hasher>);
-struct Moka(moka::sync::Cache<u64, Arc<Entity>, Hasher>);
-struct Floor(HashMap<u64, Arc<Entity>, Hasher>);
-struct Dash(dashmap::DashMap<u64, Arc<Entity>, Hasher>);
-
-impl Engine for Echo {
-    #[inline]
-    fn hit(&self, key: u64) {
-        let mut fetch = pin!(self.0.fetch(Id::<Entity>::from_payload(key)));
-        drop(black_box(
-            fetch.as_mut().poll(&mut Context::from_waker(Waker::noop())),
-        ));
-    }
-}
-
-impl Engine for Quick {
-    #[inline]
-    fn hit(&self, key: u64) {
-        black_box(self.0.get(&key));
-    }
-}
-
-impl Engine for Moka {
-    #[inline]
-    fn hit(&self, key: u64) {
-        black_box(self.0.get(&key));
-    }
-}
-
-impl Engine for Dash {
-    #[inline]
-    fn hit(&self, key: u64) {
-        black_box(self.0.get(&key).map(|entry| Arc::clone(entry.value())));
-    }
-}
-
-impl Engine for Floor {
-    #[inline]
-    fn hit(&self, key: u64) {
-        black_box(self.0.get(&key).cloned());
-    }
+support::l1::entity! {
+    /// The cached entity.
+    #[near_cache(
+        kind = "ENT",
+        ttl_ms = 3_600_000,
+        coherence = "none",
+        max_size = 200_000
+    )]
+    pub struct Entity;
 }
 
 /// `n` lookups of `engine` along `keys`, timed.
-#[inline(never)]
 fn run<E: Engine>(engine: &E, keys: &[u64; SEQ_LEN], n: u64) -> Duration {
     let start = Instant::now();
-    for i in 0..n {
-        #[allow(clippy::cast_possible_truncation)]
-        engine.hit(keys[i as usize & (SEQ_LEN - 1)]);
-    }
+    hits(engine, keys, n);
     start.elapsed()
 }
 
@@ -212,93 +139,6 @@ fn contender<'a, E: Engine>(name: &'static str, engine: &'a E) -> Contender<'a> 
         name,
         Box::new(move |seqs, threads, n| timed(engine, seqs, threads, n)),
     )
-}
-
-fn sequence(mut draw: impl FnMut() -> u64) -> Keys {
-    let keys: Vec<u64> = (0..SEQ_LEN).map(|_| draw()).collect();
-    keys.into_boxed_slice()
-        .try_into()
-        .expect("SEQ_LEN keys were drawn")
-}
-
-/// The three patterns over `ids`, two threads' sequences each.
-fn patterns(ids: &[u64]) -> Vec<Pattern> {
-    let mut rng = Rng(0x00EC_40CA_C4E0);
-    // A fixed shuffle: zipf ranks and the hot set land anywhere in the table.
-    let mut shuffled = ids.to_vec();
-    for i in (1..shuffled.len()).rev() {
-        shuffled.swap(i, rng.below(i + 1));
-    }
-    let ranks = Zipf::new(IDS, ZIPF_S);
-    let zipf = |rng: &mut Rng| shuffled[ranks.rank(rng)];
-    let two = |rng: &mut Rng, draw: &dyn Fn(&mut Rng) -> u64| {
-        [sequence(|| draw(rng)), sequence(|| draw(rng))]
-    };
-    vec![
-        Pattern {
-            name: "uniform",
-            seqs: two(&mut rng, &|rng| ids[rng.below(IDS)]),
-        },
-        Pattern {
-            name: "zipf",
-            seqs: two(&mut rng, &zipf),
-        },
-        Pattern {
-            name: "hot",
-            seqs: two(&mut rng, &|rng| shuffled[rng.below(HOT)]),
-        },
-    ]
-}
-
-fn entity(i: usize) -> Entity {
-    Entity {
-        name: format!("entity number {i}"),
-    }
-}
-
-fn echo(ids: &[u64]) -> Echo {
-    // Filled by puts alone: every read is a hit.
-    let cache = Cache::builder()
-        .without_loader::<Entity>()
-        .build()
-        .expect("the cache builds");
-    for (i, &key) in ids.iter().enumerate() {
-        let put = poll_once(cache.put(Id::<Entity>::from_payload(key), entity(i)));
-        assert!(matches!(put, Poll::Ready(Ok(_))), "a put is ready at once");
-    }
-    check_echo(&cache, ids);
-    Echo(cache)
-}
-
-/// Every id is a hit, ready on the first poll, and nothing was skipped.
-fn check_echo(cache: &Cache, ids: &[u64]) {
-    for (i, &key) in ids.iter().enumerate() {
-        match poll_once(cache.fetch(Id::<Entity>::from_payload(key))) {
-            Poll::Ready(Ok(hit)) => {
-                assert_eq!(hit.source(), Source::Hit);
-                assert_eq!(hit.name, entity(i).name);
-            }
-            Poll::Ready(Err(e)) => panic!("echo-cache: a hit failed: {e}"),
-            Poll::Pending => panic!("echo-cache: a hit was not ready on its first poll"),
-        }
-    }
-    let stats = cache.stats::<Entity>();
-    assert_eq!(stats.size, IDS as u64, "echo-cache kept every id");
-    assert_eq!(stats.full_skips, 0, "echo-cache skipped nothing");
-    assert_eq!(stats.misses, 0, "echo-cache missed nothing");
-}
-
-fn check_peers(quick: &Quick, moka: &Moka, floor: &Floor, dash: &Dash, ids: &[u64]) {
-    moka.0.run_pending_tasks();
-    assert_eq!(dash.0.len(), IDS, "dashmap kept every id");
-    assert_eq!(moka.0.entry_count(), IDS as u64, "moka kept every id");
-    assert_eq!(quick.0.len(), IDS, "quick_cache kept every id");
-    for key in ids {
-        assert!(quick.0.get(key).is_some(), "quick_cache: a hit");
-        assert!(moka.0.get(key).is_some(), "moka: a hit");
-        assert!(floor.0.contains_key(key), "floor: a hit");
-        assert!(dash.0.contains_key(key), "dashmap: a hit");
-    }
 }
 
 fn criterion_groups(c: &mut Criterion, patterns: &[Pattern], contenders: &[Contender<'_>]) {
@@ -439,44 +279,21 @@ fn summary(patterns: &[Pattern], contenders: &[Contender<'_>]) -> String {
 }
 
 fn main() {
-    let ids: Vec<u64> = (0..IDS).map(|_| Id::<Entity>::mint().payload()).collect();
+    let ids = ids::<Entity>(IDS);
     let patterns = patterns(&ids);
 
-    let echo = echo(&ids);
-    let quick = Quick(quick_cache::sync::Cache::with(
-        2 * IDS,
-        2 * IDS as u64,
-        quick_cache::UnitWeighter,
-        Hasher::default(),
-        quick_cache::sync::DefaultLifecycle::default(),
-    ));
-    let moka = Moka(
-        moka::sync::Cache::builder()
-            .max_capacity(2 * IDS as u64)
-            .initial_capacity(IDS)
-            .build_with_hasher(Hasher::default()),
-    );
-    let mut map = HashMap::with_capacity_and_hasher(IDS, Hasher::default());
-    // Each engine owns its values, allocated as it is filled (as echo-cache
-    // does in `put`): no engine reads lines another one warmed.
-    for (i, &key) in ids.iter().enumerate() {
-        quick.0.insert(key, Arc::new(entity(i)));
-    }
-    for (i, &key) in ids.iter().enumerate() {
-        moka.0.insert(key, Arc::new(entity(i)));
-    }
-    for (i, &key) in ids.iter().enumerate() {
-        map.insert(key, Arc::new(entity(i)));
-    }
-    let floor = Floor(map);
-    let dash = Dash(dashmap::DashMap::with_capacity_and_hasher(
-        IDS,
-        Hasher::default(),
-    ));
-    for (i, &key) in ids.iter().enumerate() {
-        dash.0.insert(key, Arc::new(entity(i)));
-    }
-    check_peers(&quick, &moka, &floor, &dash, &ids);
+    let echo = support::l1::echo::<Entity>(Cache::builder().without_loader::<Entity>(), &ids);
+    let quick = support::l1::quick::<Entity>(&ids);
+    let moka = support::l1::moka::<Entity>(&ids);
+    let floor = support::l1::floor::<Entity>(&ids);
+    let dash = support::l1::dash::<Entity>(&ids);
+    let check_peers = || {
+        quick.check(&ids);
+        moka.check(&ids);
+        floor.check(&ids);
+        dash.check(&ids);
+    };
+    check_peers();
 
     let contenders = [
         contender("echo-cache", &echo),
@@ -503,6 +320,6 @@ fn main() {
     }
 
     // Still every id cached, and every echo-cache read was a hit.
-    check_echo(&echo.0, &ids);
-    check_peers(&quick, &moka, &floor, &dash, &ids);
+    echo.check(&ids);
+    check_peers();
 }

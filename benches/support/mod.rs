@@ -3,16 +3,19 @@
 //! table is written; and the interleaved rounds of a summary pass
 //! ([`Rounds`], for `benches/l2.rs` and `benches/cluster`). Below it, what
 //! only some benches use: the draws of keys ([`draw`]: one `Rng`, one
-//! `Zipf`), the `Profile` entity of the benches that go to L2
-//! ([`entity`]), the pool of ids and the raw `GET` line of `benches/l2.rs`
-//! and `benches/cluster` ([`pool`]), and the invalidation lines of
-//! `benches/coherence.rs` and `benches/cluster` ([`invalidation`]). Each
-//! bench includes this with `mod support;` (a bench in a folder, with
-//! `#[path = "../support/mod.rs"]`) and uses only part of it.
+//! `Zipf`), an L1 hit's setup, engines and loop (`benches/l1_hit.rs`,
+//! `benches/hit_instructions.rs`: [`l1`]), the `Profile` entity of the
+//! benches that go to L2 ([`entity`]), the pool of ids and the raw `GET`
+//! line of `benches/l2.rs` and `benches/cluster` ([`pool`]), and the
+//! invalidation lines of `benches/coherence.rs` and `benches/cluster`
+//! ([`invalidation`]). Each bench includes this with `mod support;` (a
+//! bench in a folder, with `#[path = "../support/mod.rs"]`) and uses only
+//! part of it.
 
 pub mod draw;
 pub mod entity;
 pub mod invalidation;
+pub mod l1;
 pub mod pool;
 
 use std::future::Future;
