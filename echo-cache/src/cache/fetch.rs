@@ -14,10 +14,8 @@ use std::time::Duration;
 use crate::entity::id::Id;
 use crate::entity::spec::Cached;
 use crate::error::Error;
-use crate::table::Table;
 use crate::table::fetched::Fetched;
-
-type Miss<T> = Pin<Box<dyn Future<Output = Result<Fetched<T>, Error>> + Send>>;
+use crate::table::{Miss, Table};
 
 /// The future returned by [`Cache::fetch`](crate::Cache::fetch) and
 /// [`Cache::fetch_within`](crate::Cache::fetch_within).
@@ -26,7 +24,7 @@ type Miss<T> = Pin<Box<dyn Future<Output = Result<Fetched<T>, Error>> + Send>>;
 /// the caller's thread; on a miss it joins or starts the flight of the id.
 /// Like most futures, it is not to be polled again once it is ready.
 #[must_use = "futures do nothing unless polled"]
-pub struct Fetch<'c, T: Cached> {
+pub struct Fetch<'c, T> {
     /// The table of `T`, found when the fetch was made.
     table: &'c Table<T>,
     id: Id<T>,
@@ -35,7 +33,7 @@ pub struct Fetch<'c, T: Cached> {
     miss: Option<Miss<T>>,
 }
 
-impl<'c, T: Cached> Fetch<'c, T> {
+impl<'c, T> Fetch<'c, T> {
     pub(crate) fn new(table: &'c Table<T>, id: Id<T>, timeout: Option<Duration>) -> Fetch<'c, T> {
         Fetch {
             table,
@@ -46,7 +44,7 @@ impl<'c, T: Cached> Fetch<'c, T> {
     }
 }
 
-impl<T: Cached> Future for Fetch<'_, T> {
+impl<T> Future for Fetch<'_, T> {
     type Output = Result<Fetched<T>, Error>;
 
     /// Inlined into the caller: the hit, and a call to the miss path. A hit
@@ -63,14 +61,14 @@ impl<T: Cached> Future for Fetch<'_, T> {
     }
 }
 
-impl<T: Cached> Fetch<'_, T> {
+impl<T> Fetch<'_, T> {
     /// Joins or starts the flight (on the first poll that missed), then
     /// waits for it.
     #[inline(never)]
     fn poll_miss(&mut self, cx: &mut Context<'_>) -> Poll<Result<Fetched<T>, Error>> {
         let (table, id, timeout) = (self.table, self.id, self.timeout);
         self.miss
-            .get_or_insert_with(|| Box::pin(table.shared().miss(id.payload(), timeout)))
+            .get_or_insert_with(|| table.start_miss(id.payload(), timeout))
             .as_mut()
             .poll(cx)
     }

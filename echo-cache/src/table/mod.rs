@@ -25,6 +25,8 @@
 //! retired values freed, after the locks are released.
 
 use std::any::Any;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -117,14 +119,41 @@ pub(crate) struct Table<T> {
     /// The loader of many ids at once, if the builder was given one
     /// (see [`batch`]).
     batch: Option<BatchLoader<T>>,
+    /// [`Table::refresh`] and [`Table::miss`], both out of a hit's line,
+    /// reached through the table so that the hit and the `Fetch` future
+    /// need no `T: Cached` bound: a fetch of a type that declared no cache
+    /// is then one compile error, at the call, not three.
+    start_refresh: fn(&Table<T>, u64, u64),
+    start_miss: StartMiss<T>,
 }
 
-impl<T: Cached> Table<T> {
+/// The miss path of a fetch: boxed, built on the first poll that missed.
+pub(crate) type Miss<T> = Pin<Box<dyn Future<Output = Result<Fetched<T>, Error>> + Send>>;
+
+/// What starts the miss path of a key, with the fetch's timeout.
+type StartMiss<T> = fn(Arc<Table<T>>, u64, Option<Duration>) -> Miss<T>;
+
+impl<T> Table<T> {
     /// The table, shared: for a miss, whose flight may outlive its caller.
     pub(crate) fn shared(&self) -> Arc<Table<T>> {
         self.me.upgrade().expect("a table borrowed is alive")
     }
 
+    /// The miss path of `key`: joins or starts its flight, and waits for
+    /// it (at most `timeout`).
+    pub(crate) fn start_miss(&self, key: u64, timeout: Option<Duration>) -> Miss<T> {
+        (self.start_miss)(self.shared(), key, timeout)
+    }
+
+    fn not_found(&self, key: u64) -> Error {
+        Error::NotFound {
+            table: self.spec.name,
+            id: RawId::new(self.spec.kind, key),
+        }
+    }
+}
+
+impl<T: Cached> Table<T> {
     /// Drops every row; no flight under way will install, and the next
     /// misses start fresh flights.
     pub(crate) fn flush(&self) {
@@ -146,13 +175,6 @@ impl<T: Cached> Table<T> {
     /// How long an L2 command may take (none without L2).
     fn l2_timeout(&self) -> Duration {
         self.tier.as_ref().map_or(Duration::ZERO, Tier::timeout)
-    }
-
-    fn not_found(&self, key: u64) -> Error {
-        Error::NotFound {
-            table: self.spec.name,
-            id: RawId::new(T::KIND, key),
-        }
     }
 
     fn crashed(&self, message: &str) -> Error {

@@ -151,6 +151,8 @@ pub(crate) fn open<T: Declared>(spec: &'static TableSpec, shared: &Shared) -> Op
         #[cfg(feature = "metrics")]
         metrics: crate::report::metrics::Keys::new(spec.name, shared.metrics_node.as_ref()),
         batch,
+        start_refresh: Table::<T>::refresh,
+        start_miss: |table, key, timeout| Box::pin(table.miss(key, timeout)),
     }))
 }
 

@@ -27,20 +27,31 @@ use crate::table::stale::Fallback;
 /// ([`Table::refresh_retry`]).
 const REFRESH_RETRY_MAX_MS: u64 = 1_000;
 
-impl<T: Cached> Table<T> {
+impl<T> Table<T> {
     /// Step 1: the answer of a live L1 row, if there is one.
     #[allow(clippy::inline_always)] // the hot path: see `Fetch::poll`
     #[inline(always)]
     pub(crate) fn hit(&self, key: u64) -> Option<Result<Fetched<T>, Error>> {
         let pin = epoch::pin();
         let now = self.clock.now_ms();
-        let live = self
-            .rows
-            .get(&pin, key, now, |version| self.refresh(key, version))?;
+        let live = self.rows.get(&pin, key, now, |version| {
+            (self.start_refresh)(self, key, version);
+        })?;
         self.hits.incr(pin.index());
         Some(self.answer(key, live))
     }
 
+    /// The answer of a live L1 row: its value, or the remembered absence.
+    #[inline]
+    pub(super) fn answer(&self, key: u64, live: Live<T>) -> Result<Fetched<T>, Error> {
+        match live.value {
+            Some(value) => Ok(Fetched::new(value, Source::Hit, live.version)),
+            None => Err(self.not_found(key)),
+        }
+    }
+}
+
+impl<T: Cached> Table<T> {
     /// Starts the refresh of `key`, whose row a hit found due, unless a
     /// flight of `key` is under way: a flight on the cache's runtime (the
     /// current one if it has none) that no caller waits for. Without a
@@ -80,15 +91,6 @@ impl<T: Cached> Table<T> {
     /// a pause for each id.
     pub(super) fn refresh_retry(&self) -> Duration {
         Duration::from_millis((self.spec.refresh_ms / 4).clamp(1, REFRESH_RETRY_MAX_MS))
-    }
-
-    /// The answer of a live L1 row: its value, or the remembered absence.
-    #[inline]
-    pub(super) fn answer(&self, key: u64, live: Live<T>) -> Result<Fetched<T>, Error> {
-        match live.value {
-            Some(value) => Ok(Fetched::new(value, Source::Hit, live.version)),
-            None => Err(self.not_found(key)),
-        }
     }
 
     /// How a miss of `key` meets the flights, counted: answered from L1 (a
