@@ -63,11 +63,12 @@ pub(super) fn spawn_maintenance(
             }
             let tables = cache.tables.iter().zip(DECLARATIONS.iter());
             for ((place, decl), next) in tables.zip(&mut next_sweeps) {
+                let Some(table) = &place.erased else { continue };
                 let duty = std::panic::catch_unwind(AssertUnwindSafe(|| {
                     if now >= *next {
-                        place.erased.sweep();
+                        table.sweep();
                     } else {
-                        place.erased.collect();
+                        table.collect();
                     }
                 }));
                 if now >= *next {

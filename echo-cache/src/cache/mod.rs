@@ -22,7 +22,7 @@ use tokio::sync::watch;
 use crate::clock::{Clock, millis};
 use crate::entity::id::{IdOf, RawId};
 use crate::entity::mint::Minter;
-use crate::entity::spec::Cached;
+use crate::entity::spec::{Cached, TableSpec};
 use crate::error::Error;
 use crate::report::roster::{Readiness, TableInfo};
 use crate::report::stats::Stats;
@@ -31,10 +31,17 @@ use crate::table::{AnyTable, Table};
 use directory::Declaration;
 use fetch::Fetch;
 
-/// A near-cache: one table for every type declared with `#[near_cache]`.
+/// A near-cache: one table for every type declared with `#[near_cache]`
+/// (or for those its builder [opens](Builder::open)).
 ///
 /// Cheap to clone; clones share the tables. The maintenance thread stops
 /// when the last clone is dropped.
+///
+/// # Panics
+///
+/// Every method that names a type (`fetch`, `put`, `invalidate`, `stats`,
+/// …) panics if that type's table was left closed by
+/// [`Builder::open`]: a bug in the program, like an index out of bounds.
 ///
 /// ```standalone_crate
 /// use echo_cache::{near_cache, Cache, Id, Source};
@@ -92,22 +99,52 @@ impl Drop for Inner {
 impl Inner {
     fn publish_metrics(&self) {
         crate::report::metrics::describe();
-        for place in self.tables.iter() {
-            place.erased.publish_metrics();
+        for table in open_tables(&self.tables) {
+            table.publish_metrics();
         }
     }
 }
 
+/// The place of one declaration in a cache: its table if the cache opened
+/// it.
 struct Place {
     /// The `Table<T>`, for the typed paths: where `erased` points, without
     /// the vtable lookup `Arc::as_ptr` of a `dyn` needs (one load fewer on
-    /// every fetch).
+    /// every fetch). Dangling in a closed place.
     table: NonNull<()>,
-    /// The `TypeId` of that `Table<T>`.
+    /// The `TypeId` of that `Table<T>`; of [`Closed`] in a closed place,
+    /// which no `Table<T>` matches.
     type_id: TypeId,
     /// The same table, for the paths that do not know `T`; it keeps the
-    /// table alive.
-    erased: Arc<dyn AnyTable>,
+    /// table alive. `None`: the cache left it closed ([`Builder::open`]).
+    erased: Option<Arc<dyn AnyTable>>,
+}
+
+/// What a closed place's `TypeId` is of.
+struct Closed;
+
+impl Place {
+    fn open(erased: Arc<dyn AnyTable>) -> Place {
+        let typed = Arc::clone(&erased).into_any();
+        Place {
+            type_id: (*typed).type_id(),
+            table: NonNull::from(&*typed).cast(),
+            erased: Some(erased),
+        }
+    }
+
+    fn closed() -> Place {
+        Place {
+            table: NonNull::dangling(),
+            type_id: TypeId::of::<Closed>(),
+            erased: None,
+        }
+    }
+}
+
+/// The tables a cache opened, in declaration order.
+fn open_tables(places: &[Place]) -> impl Iterator<Item = &Arc<dyn AnyTable>> {
+    places.iter().filter_map(|place| place.erased.as_ref())
 }
 
 // SAFETY: `table` points into `erased`, which is `Send + Sync`; the rest is.
@@ -369,11 +406,8 @@ impl Cache {
     /// sorted by table name.
     #[must_use]
     pub fn tables(&self) -> Vec<TableInfo> {
-        let mut roster: Vec<TableInfo> = self
-            .inner
-            .tables
-            .iter()
-            .map(|place| place.erased.info())
+        let mut roster: Vec<TableInfo> = open_tables(&self.inner.tables)
+            .map(|table| table.info())
             .collect();
         roster.sort_by_key(|info| info.spec.name());
         roster
@@ -409,7 +443,8 @@ impl Cache {
         inner
             .readiness
             .until(|| {
-                inner.readiness.is_claimed() && inner.tables.iter().all(|t| t.erased.trusted())
+                inner.readiness.is_claimed()
+                    && open_tables(&inner.tables).all(|table| table.trusted())
             })
             .await;
     }
@@ -463,10 +498,9 @@ impl Cache {
     #[inline]
     pub(crate) fn table<T: Cached>(&self) -> &Table<T> {
         let place = self.place::<T>();
-        assert!(
-            place.type_id == TypeId::of::<Table<T>>(),
-            "the place of T holds the table of T"
-        );
+        if place.type_id != TypeId::of::<Table<T>>() {
+            closed(T::__spec());
+        }
         let table = place.table.cast::<Table<T>>();
         // SAFETY: `table` points to a live `Table<T>` (so it is aligned for
         // one): its `TypeId` was just compared, which is what `downcast_ref`
@@ -474,6 +508,18 @@ impl Cache {
         // as long as `self` is borrowed.
         unsafe { table.as_ref() }
     }
+}
+
+/// The panic of a typed method on a table the cache left closed.
+#[cold]
+#[inline(never)]
+fn closed(spec: &TableSpec) -> ! {
+    panic!(
+        "the table {:?} of `{}` is not open in this cache: the builder named other tables \
+         with `Builder::open`; name this one too",
+        spec.name(),
+        spec.type_name()
+    )
 }
 
 impl std::fmt::Debug for Cache {

@@ -1,11 +1,10 @@
-//! Building a cache: the [`Builder`]'s settings, checked, and `build`,
-//! which opens one table per declaration and starts the node's tasks and
-//! maintenance thread.
+//! Building a cache: the [`Builder`]'s settings of the node (L2, clock,
+//! timeouts; what each table gets is in [`tables`]), checked, and
+//! `build`, which opens one table per declaration (or per table named)
+//! and starts the node's tasks and maintenance thread.
 
 use std::any::{Any, TypeId};
-use std::collections::HashMap;
-use std::future::Future;
-use std::ptr::NonNull;
+use std::collections::{HashMap, HashSet};
 use std::sync::mpsc::{self};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -20,15 +19,22 @@ use super::{Cache, Inner, Place, directory};
 use crate::clock::Clock;
 use crate::coherence::link;
 use crate::connections::{Address, Server};
-use crate::entity::id::Id;
-use crate::entity::spec::{Cached, TableSpec};
-use crate::error::{BoxError, Error};
-use crate::l2::Codec;
+use crate::entity::spec::TableSpec;
+use crate::error::Error;
 use crate::report::roster::Readiness;
-use crate::table::{self, Loader, Shared};
+use tables::opens;
+
+mod tables;
+use crate::table::Shared;
 
 /// Builds a [`Cache`]: loaders, clock, timeouts.
 pub struct Builder {
+    /// The tables [`open`](Self::open) names, by their spec's address;
+    /// empty: every declared table.
+    open: HashSet<usize>,
+    /// The type of every loader, batch loader or codec given, by
+    /// `TypeId`: its spec, to tell one of a table left closed.
+    configured: HashMap<TypeId, &'static TableSpec>,
     loaders: HashMap<TypeId, Box<dyn Any + Send>>,
     /// Batch loaders, by `TypeId`, each a `BatchLoader<T>`.
     batch_loaders: HashMap<TypeId, Box<dyn Any + Send>>,
@@ -53,6 +59,8 @@ pub struct Builder {
 impl Default for Builder {
     fn default() -> Builder {
         Builder {
+            open: HashSet::new(),
+            configured: HashMap::new(),
             loaders: HashMap::new(),
             batch_loaders: HashMap::new(),
             codecs: HashMap::new(),
@@ -253,270 +261,6 @@ impl Builder {
         self
     }
 
-    /// Writes `T`'s L2 frames with `codec` instead of [`Postcard`](crate::Postcard).
-    #[must_use]
-    pub fn codec<T: Cached>(mut self, codec: impl Codec<T>) -> Builder {
-        let codec: Arc<dyn Codec<T>> = Arc::new(codec);
-        self.codecs.insert(TypeId::of::<T>(), Box::new(codec));
-        self
-    }
-
-    /// Sets the loader of `T`: the system of record, called once per herd
-    /// of misses that neither L1 nor L2 can answer. `Ok(None)` means the
-    /// entity does not exist ([`Error::NotFound`]).
-    ///
-    /// A loader given here overrides the one `T` declares
-    /// (`#[near_cache(..., loader = load_fn)]`), in this cache only: use it
-    /// for a loader that needs state the declaration cannot reach (a
-    /// connection pool, a client), or to replace the declared one in a
-    /// test. A table with neither is refused by [`build`](Self::build),
-    /// unless [`without_loader`](Self::without_loader) says it needs none.
-    #[must_use]
-    pub fn loader<T, F, Fut, E>(mut self, load: F) -> Builder
-    where
-        T: Cached,
-        F: Fn(Id<T>) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<Option<T>, E>> + Send + 'static,
-        E: Into<BoxError> + 'static,
-    {
-        let loader: Option<Loader<T>> = Some(table::loader(load));
-        self.loaders.insert(TypeId::of::<T>(), Box::new(loader));
-        self
-    }
-
-    /// Sets the loader of `T`, like [`loader`](Self::loader), for values
-    /// that know how long they may live: a session's remaining lifetime, a
-    /// token's expiry. `Ok(Some((value, ttl)))`: the value's L1 row and its
-    /// L2 key (`PX`) live at most `ttl`, and no longer than the declared
-    /// `ttl_ms` (a longer `ttl` is capped, and jittered as `ttl_ms` is).
-    /// A `ttl` shorter than `ttl_ms` is a deadline: it is jittered down
-    /// only, from `ttl − ttl·jitter` to `ttl`, so a cohort given one
-    /// deadline does not die together, and none outlives it. A row read
-    /// back from L2 lives no longer than what is left of its frame. The
-    /// deadline counts from the loader's answer: L1's coarse clock may read
-    /// a tick late, so such a row is kept to die a tick early, and the
-    /// clock ticks every 1% of the row's life (at least every millisecond)
-    /// until its deadline: no answer begins past it, but for the
-    /// maintenance thread being scheduled late (none in 1,600 answers of
-    /// 300 ms rows, two nodes, in the tests).
-    ///
-    /// A zero `ttl` is served, not kept. A row whose whole life is within
-    /// the table's `refresh_ms` is not refreshed ahead
-    /// ([Refresh-ahead](crate#refresh-ahead)). A writer gives a value its
-    /// TTL with [`Cache::put_with_ttl`].
-    /// The attribute's `loader = ...` takes a plain loader only: give a
-    /// loader of values with TTLs here.
-    ///
-    /// ```standalone_crate
-    /// use std::time::Duration;
-    /// use echo_cache::{near_cache, Cache, Clock, Id, Source};
-    ///
-    /// #[near_cache(kind = "SES", ttl_ms = 3_600_000, jitter = 0.0)]
-    /// #[derive(serde::Serialize, serde::Deserialize)]
-    /// struct Session { user: String }
-    ///
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), echo_cache::Error> {
-    /// let clock = Clock::manual();
-    /// let cache = Cache::builder()
-    ///     .clock(clock.clone())
-    ///     .loader_with_ttl(|_: Id<Session>| async {
-    ///         // This session ends in 5 minutes: cache it no longer.
-    ///         let session = Session { user: "ada".into() };
-    ///         Ok::<_, std::io::Error>(Some((session, Duration::from_secs(300))))
-    ///     })
-    ///     .build()?;
-    /// let id = Id::<Session>::mint();
-    /// cache.fetch(id).await?;
-    /// clock.advance(Duration::from_secs(299));
-    /// assert_eq!(cache.fetch(id).await?.source(), Source::Hit);
-    /// clock.advance(Duration::from_secs(1)); // its 5 minutes are up
-    /// assert_eq!(cache.fetch(id).await?.source(), Source::Fill);
-    /// # Ok(())
-    /// # }
-    /// ```
-    #[must_use]
-    pub fn loader_with_ttl<T, F, Fut, E>(mut self, load: F) -> Builder
-    where
-        T: Cached,
-        F: Fn(Id<T>) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<Option<(T, Duration)>, E>> + Send + 'static,
-        E: Into<BoxError> + 'static,
-    {
-        let loader: Option<Loader<T>> = Some(table::loader_with_ttl(load));
-        self.loaders.insert(TypeId::of::<T>(), Box::new(loader));
-        self
-    }
-
-    /// Sets the batch loader of `T`: the system of record, asked once for
-    /// all the ids a [`Cache::fetch_many`] could not answer from L1, a
-    /// flight or L2 (a `WHERE id = ANY($1)` query, say). It answers the
-    /// values it found, by id, as any `IntoIterator` of `(Id<T>, T)` (a
-    /// `Vec`, a `HashMap`); an id it leaves out is not found
-    /// ([`Error::NotFound`]), an id it was not asked for is ignored, and
-    /// of an id answered twice the first value is kept. Its error fails
-    /// every id of the call ([`Error::Load`]), as a loader's fails its id;
-    /// so does its panic ([`Error::FlightCrashed`]), and the table's load
-    /// timeout bounds the call as it bounds a flight.
-    ///
-    /// A table with a batch loader and no loader (neither given nor
-    /// declared) loads a [`fetch`](Cache::fetch)'s id as a batch of one.
-    /// Without a batch loader, `fetch_many` calls the loader once per id,
-    /// all at once. The batch loader is given the ids in the order of the
-    /// call, each once, and is never called with none.
-    ///
-    /// ```standalone_crate
-    /// use std::collections::HashMap;
-    /// use std::sync::atomic::{AtomicUsize, Ordering};
-    /// use echo_cache::{near_cache, Cache, Id};
-    ///
-    /// #[near_cache(kind = "USR", ttl_ms = 60_000)]
-    /// #[derive(serde::Serialize, serde::Deserialize)]
-    /// pub struct User { pub name: String }
-    ///
-    /// static QUERIES: AtomicUsize = AtomicUsize::new(0);
-    ///
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), echo_cache::Error> {
-    /// let cache = Cache::builder()
-    ///     .loader_many(|ids: Vec<Id<User>>| async move {
-    ///         QUERIES.fetch_add(1, Ordering::Relaxed); // one query for all
-    ///         let found: HashMap<Id<User>, User> = (ids.into_iter())
-    ///             .filter(|id| id.payload() % 2 == 0) // odd ids do not exist
-    ///             .map(|id| (id, User { name: format!("user {id}") }))
-    ///             .collect();
-    ///         Ok::<_, std::io::Error>(found)
-    ///     })
-    ///     .build()?;
-    ///
-    /// let ids = (1..=10).map(Id::<User>::from_payload);
-    /// let users = cache.fetch_many(ids).await;
-    /// assert_eq!(QUERIES.load(Ordering::Relaxed), 1);
-    /// assert_eq!(users[1].as_ref().unwrap().name, format!("user {}", Id::<User>::from_payload(2)));
-    /// assert!(users[0].as_ref().is_err_and(|e| e.is_not_found()));
-    ///
-    /// // A single fetch of a table with only a batch loader: a batch of one.
-    /// let user = cache.fetch(Id::<User>::from_payload(12)).await?;
-    /// assert_eq!(QUERIES.load(Ordering::Relaxed), 2);
-    /// # let _ = user;
-    /// # Ok(())
-    /// # }
-    /// ```
-    #[must_use]
-    pub fn loader_many<T, F, Fut, R, E>(self, load: F) -> Builder
-    where
-        T: Cached,
-        F: Fn(Vec<Id<T>>) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<R, E>> + Send + 'static,
-        R: IntoIterator<Item = (Id<T>, T)>,
-        E: Into<BoxError> + 'static,
-    {
-        self.batch_loader(table::batch_loader(load))
-    }
-
-    /// Sets the batch loader of `T`, like [`loader_many`](Self::loader_many),
-    /// for values that come with their own TTL, as with
-    /// [`loader_with_ttl`](Self::loader_with_ttl): each found value is
-    /// answered as `(id, (value, ttl))`, and its L1 row and L2 key live no
-    /// longer than `ttl` (nor than the table's `ttl_ms`), on every node that
-    /// reads it.
-    ///
-    /// ```standalone_crate
-    /// use std::collections::HashMap;
-    /// use std::time::Duration;
-    /// use echo_cache::{near_cache, Cache, Clock, Id, Source};
-    ///
-    /// #[near_cache(kind = "SES", ttl_ms = 3_600_000, jitter = 0.0)]
-    /// #[derive(serde::Serialize, serde::Deserialize)]
-    /// struct Session { user: String }
-    ///
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), echo_cache::Error> {
-    /// let clock = Clock::manual();
-    /// let cache = Cache::builder()
-    ///     .clock(clock.clone())
-    ///     .loader_many_with_ttl(|ids: Vec<Id<Session>>| async move {
-    ///         // Each session ends 5 minutes from now: cache it no longer.
-    ///         let left = Duration::from_secs(300);
-    ///         let found: HashMap<Id<Session>, (Session, Duration)> = (ids.into_iter())
-    ///             .map(|id| (id, (Session { user: "ada".into() }, left)))
-    ///             .collect();
-    ///         Ok::<_, std::io::Error>(found)
-    ///     })
-    ///     .build()?;
-    /// let ids = [Id::<Session>::mint(), Id::<Session>::mint()];
-    /// cache.fetch_many(ids).await;
-    /// clock.advance(Duration::from_secs(299));
-    /// assert_eq!(cache.fetch(ids[0]).await?.source(), Source::Hit);
-    /// clock.advance(Duration::from_secs(1)); // their 5 minutes are up
-    /// assert_eq!(cache.fetch(ids[0]).await?.source(), Source::Fill);
-    /// # Ok(())
-    /// # }
-    /// ```
-    #[must_use]
-    pub fn loader_many_with_ttl<T, F, Fut, R, E>(self, load: F) -> Builder
-    where
-        T: Cached,
-        F: Fn(Vec<Id<T>>) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<R, E>> + Send + 'static,
-        R: IntoIterator<Item = (Id<T>, (T, Duration))>,
-        E: Into<BoxError> + 'static,
-    {
-        self.batch_loader(table::batch_loader_with_ttl(load))
-    }
-
-    /// Sets `batch` as `T`'s batch loader.
-    fn batch_loader<T: Cached>(mut self, batch: table::BatchLoader<T>) -> Builder {
-        self.batch_loaders
-            .insert(TypeId::of::<T>(), Box::new(batch));
-        // It undoes a `without_loader::<T>()`, as `loader` does.
-        let unloaded = (self.loaders.get(&TypeId::of::<T>()))
-            .and_then(|given| given.downcast_ref::<Option<Loader<T>>>())
-            .is_some_and(Option::is_none);
-        if unloaded {
-            self.loaders.remove(&TypeId::of::<T>());
-        }
-        self
-    }
-
-    /// Builds `T`'s table with no loader: for a table filled only by
-    /// [`Cache::put`]. It serves what is cached and put; any other miss
-    /// answers [`Error::NoLoader`]. This overrides a declared loader too,
-    /// and, like [`loader`](Self::loader), the last of the two calls for
-    /// `T` wins.
-    ///
-    /// Without a loader and without this, [`build`](Self::build) refuses
-    /// the table ([`Error::MissingLoader`]), so a table that cannot load is
-    /// found at start-up, not at its first miss.
-    ///
-    /// ```standalone_crate
-    /// use echo_cache::{near_cache, Cache, Error, Id};
-    ///
-    /// #[near_cache(kind = "TOK", ttl_ms = 60_000)]
-    /// #[derive(serde::Serialize, serde::Deserialize)]
-    /// struct Token { owner: String }
-    ///
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), Error> {
-    /// let refused = Cache::builder().build();
-    /// assert!(matches!(refused, Err(Error::MissingLoader { .. })));
-    ///
-    /// let cache = Cache::builder().without_loader::<Token>().build()?;
-    /// let id = Id::<Token>::mint();
-    /// assert!(matches!(cache.fetch(id).await, Err(Error::NoLoader { .. })));
-    /// cache.put(id, Token { owner: "ada".into() }).await?;
-    /// assert_eq!(cache.fetch(id).await?.owner, "ada");
-    /// # Ok(())
-    /// # }
-    /// ```
-    #[must_use]
-    pub fn without_loader<T: Cached>(mut self) -> Builder {
-        self.loaders
-            .insert(TypeId::of::<T>(), Box::new(None::<Loader<T>>));
-        self.batch_loaders.remove(&TypeId::of::<T>());
-        self
-    }
-
     /// The clock rows expire by; [`Clock::manual`] in tests.
     #[must_use]
     pub fn clock(mut self, clock: Clock) -> Builder {
@@ -572,9 +316,10 @@ impl Builder {
         self
     }
 
-    /// Opens a table for every declared type, each with its loader (the
-    /// one given to [`loader`](Self::loader), else the one it declares),
-    /// and starts the maintenance thread.
+    /// Opens a table for every declared type (or for those named with
+    /// [`open`](Self::open)), each with its loader (the one given to
+    /// [`loader`](Self::loader), else the one it declares), and starts the
+    /// maintenance thread.
     ///
     /// # Errors
     ///
@@ -582,7 +327,8 @@ impl Builder {
     /// [`Error::MissingLoader`] if tables have no loader (neither declared
     /// nor given to [`loader`](Self::loader)) and were not built
     /// [`without_loader`](Self::without_loader),
-    /// [`Error::Config`] if the node name is not valid,
+    /// [`Error::Config`] if the node name is not valid, or a table left
+    /// closed ([`open`](Self::open)) was given a loader or a codec,
     /// [`Error::NoRuntime`] if the cache has L2 and coherent tables and no
     /// runtime to run their coherence lanes on,
     /// [`Error::Config`] if the L2 address is not a valid URL (or is
@@ -591,6 +337,7 @@ impl Builder {
     /// L2 errors.
     pub fn build(self) -> Result<Cache, Error> {
         directory::check_unique()?;
+        self.check_open()?;
         #[cfg(feature = "metrics")]
         let metrics_node = self.node_name.as_deref().map(Arc::from);
         let node_name = match self.node_name {
@@ -632,39 +379,32 @@ impl Builder {
             metrics_node,
             batch_loaders: Mutex::new(self.batch_loaders),
         };
-        let (opened, missing): (Vec<_>, Vec<_>) = DECLARATIONS
+        let mut missing = Vec::new();
+        let tables: Arc<[Place]> = DECLARATIONS
             .iter()
-            .map(|decl| (decl.open)(&decl.spec, &shared))
-            .partition(Result::is_ok);
-        if !missing.is_empty() {
-            let mut tables: Vec<&'static TableSpec> =
-                missing.into_iter().filter_map(Result::err).collect();
-            tables.sort_by_key(|spec| spec.name());
-            return Err(Error::MissingLoader {
-                tables: tables.into(),
-            });
-        }
-        let tables: Arc<[Place]> = opened
-            .into_iter()
-            .flatten()
-            .map(|erased| {
-                let typed = Arc::clone(&erased).into_any();
-                let type_id = (*typed).type_id();
-                let table = NonNull::from(&*typed).cast();
-                Place {
-                    table,
-                    type_id,
-                    erased,
+            .map(|decl| {
+                if !opens(&self.open, &decl.spec) {
+                    return Place::closed();
                 }
+                (decl.open)(&decl.spec, &shared).map_or_else(
+                    |spec| {
+                        missing.push(spec);
+                        Place::closed()
+                    },
+                    Place::open,
+                )
             })
             .collect();
+        if !missing.is_empty() {
+            missing.sort_by_key(|spec| spec.name());
+            return Err(Error::MissingLoader {
+                tables: missing.into(),
+            });
+        }
         let (stop_coherence, coherence_stopped) = watch::channel(());
         if let Some(server) = &shared.l2 {
             let tasks = Tasks {
-                tables: tables
-                    .iter()
-                    .map(|place| Arc::clone(&place.erased))
-                    .collect(),
+                tables: super::open_tables(&tables).cloned().collect(),
                 server: Arc::clone(server),
                 link: link::Settings {
                     ping_every: self.coherence_ping_every,
