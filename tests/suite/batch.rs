@@ -9,14 +9,12 @@
 //! Loaders that must be caught in the act wait on a [`Gate`] the test
 //! opens once the fact it checks is observed: nothing sleeps.
 
-mod common;
-
 use std::collections::{HashMap, HashSet};
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{Calls, Gate, bounded, eventually, query};
+use crate::common::{Calls, Gate, bounded, eventually, query};
 use echo_cache::{Builder, Cache, Cached, Error, Fetched, Id, Source, keyspace, near_cache};
 use echo_cache_testkit::{RedisCluster, RedisServer};
 
@@ -76,7 +74,7 @@ impl Batches {
 /// bound their waits themselves), with loaders for the spread and the
 /// tracking tables.
 fn builder() -> Builder {
-    Cache::builder()
+    cache_builder()
         .fetch_timeout(None)
         .l2_timeout(Duration::from_secs(2))
         .loader(
@@ -667,4 +665,13 @@ async fn a_batch_that_times_out_leaves_its_flights_to_land() {
     .await;
     assert_eq!(cache.fetch(a).await.unwrap().source(), Source::Hit);
     assert_eq!(batches.calls(), [vec![a]], "one load of a");
+}
+
+/// A cache builder that opens this module's tables and no other module's
+/// (the suite is one test binary).
+fn cache_builder() -> echo_cache::Builder {
+    echo_cache::Cache::builder()
+        .open::<Item>()
+        .open::<Spread>()
+        .open::<Tracked>()
 }

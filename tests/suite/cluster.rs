@@ -7,25 +7,26 @@
 //! reshard and a failover under a read/write load with no caller error and
 //! no read staler than the delivery bound.
 
-mod coherence_support;
-
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use coherence_support::checker::{self, D, RUN_FOR};
-use coherence_support::{Broadcast, Entity, Sor, Tracked, bounded, entity, eventually};
+use crate::coherence_support;
+use crate::coherence_support::checker::{self, D, RUN_FOR};
+use crate::coherence_support::{
+    Broadcast, Durable, Entity, Plain, Sor, Tracked, bounded, eventually,
+};
 use echo_cache::{Builder, Cache, Cached, Id, Source, keyspace, near_cache};
 use echo_cache_testkit::{ClusterNode, RedisCluster};
-
-entity!(Durable, "DUR", "durable", "durable");
-entity!(Plain, "PLN", "none", "plain");
 
 /// `builder` with loaders of every table here that read `sor`.
 fn loaders(builder: Builder, sor: &Sor) -> Builder {
     coherence_support::with_loaders(builder, sor)
+        .open::<Durable>()
         .loader(coherence_support::reads::<Durable>(sor))
+        .open::<Plain>()
         .loader(coherence_support::reads::<Plain>(sor))
+        .open::<Spread>()
         .loader(coherence_support::reads::<Spread>(sor))
 }
 

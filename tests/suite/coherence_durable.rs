@@ -1,8 +1,6 @@
 //! Coherence across nodes, `durable`: cache handles on one real server, each
 //! reading the table's stream through the consumer group of its node name.
 
-mod common;
-
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
@@ -12,7 +10,7 @@ use std::time::Duration;
 use echo_cache::{Cache, Cached, Health, Id, Kind, RawId, Source, keyspace, near_cache};
 use echo_cache_testkit::RedisServer;
 
-use common::{eventually_within, health};
+use crate::common::{eventually_within, health};
 
 #[near_cache(
     kind = "LED",
@@ -37,7 +35,7 @@ struct Store(Arc<AtomicU64>);
 impl Store {
     fn node(&self, server: &RedisServer, name: &str) -> Cache {
         let store = self.clone();
-        Cache::builder()
+        cache_builder()
             .l2(server.url())
             .l2_timeout(Duration::from_secs(2))
             .coherence_ping_every(Duration::from_millis(200))
@@ -252,4 +250,10 @@ async fn a_node_restarted_under_its_name_catches_up_on_what_it_missed() {
         c.stats::<Ledger>().invalidations == 1
     })
     .await;
+}
+
+/// A cache builder that opens this module's tables and no other module's
+/// (the suite is one test binary).
+fn cache_builder() -> echo_cache::Builder {
+    echo_cache::Cache::builder().open::<Ledger>()
 }

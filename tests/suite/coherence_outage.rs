@@ -4,13 +4,12 @@
 //! outage ends, no node serves a value older than a write acknowledged
 //! during it beyond the recovery bound.
 
-mod coherence_support;
-
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use coherence_support::{
+use crate::coherence_support;
+use crate::coherence_support::{
     Broadcast, Entity, Sor, Tracked, bounded, builder, entity, eventually, linked, with_loaders,
 };
 use echo_cache::{Builder, Cache, Id, RawId};
@@ -18,14 +17,16 @@ use echo_cache_testkit::RedisServer;
 
 // A `none` table: nothing carries its writes to other nodes' L1, but its
 // L2 must not keep a value an acknowledged write replaced.
-entity!(Plain, "PLO", "none", "plain");
+entity!(Plain, "PLO", "none", "plain_outage");
 
 /// How long one L2 operation may take here: an outage costs a write that.
 const L2_TIMEOUT: Duration = Duration::from_millis(100);
 
 /// `builder` with loaders of every table here that read `sor`.
 fn loaders(builder: Builder, sor: &Sor) -> Builder {
-    with_loaders(builder, sor).loader(coherence_support::reads::<Plain>(sor))
+    with_loaders(builder, sor)
+        .open::<Plain>()
+        .loader(coherence_support::reads::<Plain>(sor))
 }
 
 /// A node whose loaders read `sor`, with a short L2 timeout.

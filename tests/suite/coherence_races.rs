@@ -6,13 +6,12 @@
 //! this binary declares a `durable` one: every node here also runs a
 //! durable lane.
 
-mod coherence_support;
-
 use std::convert::Infallible;
 
-use coherence_support::{
-    Broadcast, Entity, Row, Sor, Tracked, bounded, builder, checker, entity, eventually, health,
-    l2_row, linked, with_loaders,
+use crate::coherence_support;
+use crate::coherence_support::{
+    Broadcast, Durable, Entity, Plain, Row, Sor, Tracked, bounded, builder, checker, eventually,
+    health, l2_row, linked, with_loaders,
 };
 use echo_cache::{Cache, Health, Id, RawId, Source};
 use echo_cache_testkit::RedisServer;
@@ -21,13 +20,13 @@ use tokio::sync::{mpsc, oneshot};
 // Besides the support's tables: a durable one (every node here runs a
 // durable lane), and a `none` one over L2, TTL only across nodes, but whose
 // L2 obeys invalidations like every other table's.
-entity!(Durable, "DUR", "durable", "durable");
-entity!(Plain, "PLN", "none", "plain");
 
 /// A node whose loaders, the durable and plain tables' included, read `sor`.
 fn node(server: &RedisServer, sor: &Sor) -> Cache {
     with_loaders(builder(server), sor)
+        .open::<Durable>()
         .loader(coherence_support::reads::<Durable>(sor))
+        .open::<Plain>()
         .loader(coherence_support::reads::<Plain>(sor))
         .build()
         .expect("cache builds")
@@ -84,7 +83,9 @@ fn gated_node(server: &RedisServer, sor: &Sor) -> (Cache, mpsc::UnboundedReceive
     let cache = builder(server)
         .loader(gated::<Tracked>(sor.clone(), entered.clone()))
         .loader(gated::<Broadcast>(sor.clone(), entered.clone()))
+        .open::<Durable>()
         .loader(gated::<Durable>(sor.clone(), entered.clone()))
+        .open::<Plain>()
         .loader(gated::<Plain>(sor.clone(), entered))
         .build()
         .expect("cache builds");

@@ -5,14 +5,12 @@
 //! are called, then wait on a [`Gate`] or hang for good: what a database
 //! call without a timeout does.
 
-mod common;
-
 use std::collections::HashMap;
 use std::future::pending;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{Calls, Gate, bounded, eventually};
+use crate::common::{Calls, Gate, bounded, eventually};
 use echo_cache::{Cache, Cached, Error, Fetched, Id, Source, near_cache};
 use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
@@ -105,7 +103,7 @@ impl From<u64> for Quick {
 /// A cache whose fetches wait as long as their flight takes (the tests
 /// bound their waits), with `deadline` for flights.
 fn cache(store: &Store, deadline: Duration) -> Cache {
-    Cache::builder()
+    cache_builder()
         .loader(store.loader::<Doc>())
         .loader(store.loader::<Quick>())
         .fetch_timeout(None)
@@ -293,4 +291,10 @@ async fn a_fetch_after_invalidate_never_joins_a_flight_that_read_before_it() {
     );
     let hit = cache.fetch(id).await.unwrap();
     assert_eq!((hit.source(), hit.revision), (Source::Hit, 1));
+}
+
+/// A cache builder that opens this module's tables and no other module's
+/// (the suite is one test binary).
+fn cache_builder() -> echo_cache::Builder {
+    echo_cache::Cache::builder().open::<Doc>().open::<Quick>()
 }

@@ -5,13 +5,11 @@
 //! Every clock here is [`Clock::manual`] and rows live an hour: nothing
 //! dies unless a test moves the clock.
 
-mod common;
-
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::time::Duration;
 
-use common::{bounded, eventually, health};
+use crate::common::{bounded, eventually, health};
 use echo_cache::{Cache, Cached, Clock, Eviction, Health, Id, Source, near_cache};
 
 /// A hundred rows at most, evicting the cold ones (the default).
@@ -64,7 +62,7 @@ fn cache() -> Cache {
     fn load<T: Send + 'static>(make: fn(u64) -> T) -> impl Fn(Id<T>) -> LoadOf<T> + Send + Sync {
         move |id| Box::pin(async move { Ok(Some(make(id.payload()))) })
     }
-    Cache::builder()
+    cache_builder()
         .clock(Clock::manual())
         .loader(load(|n| Hot { n }))
         .loader(load(|n| Kept { n }))
@@ -292,4 +290,13 @@ async fn an_evicted_value_is_dropped_outside_the_tables_locks() {
     // The cache goes on: the flush emptied the table, a fetch fills it.
     let after = bounded("a fetch after the drops", cache.fetch(new)).await;
     assert_eq!(after.unwrap().source(), Source::Fill);
+}
+
+/// A cache builder that opens this module's tables and no other module's
+/// (the suite is one test binary).
+fn cache_builder() -> echo_cache::Builder {
+    echo_cache::Cache::builder()
+        .open::<Hot>()
+        .open::<Kept>()
+        .open::<Dropped>()
 }

@@ -4,13 +4,11 @@
 //! Every clock here is [`Clock::manual`]: rows die when the test moves the
 //! clock, never because time passed.
 
-mod common;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use common::{Calls, eventually};
+use crate::common::{Calls, eventually};
 use echo_cache::{Cache, Clock, Error, Health, Id, Source, Stats, near_cache};
 use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
@@ -87,7 +85,7 @@ impl Rig {
         );
         // A test reads one table: the others are built without a loader,
         // and `T`'s is given after them (the last word on a table wins).
-        let cache = Cache::builder()
+        let cache = cache_builder()
             .without_loader::<Jittery>()
             .without_loader::<Exact>()
             .without_loader::<Swept>()
@@ -338,4 +336,14 @@ async fn the_counters_add_up() {
     );
     assert_eq!((hits, misses, fills, not_found, coalesced), (8, 9, 6, 3, 0));
     assert_eq!((full_skips, size, in_flight, invalidations), (2, 3, 0, 1));
+}
+
+/// A cache builder that opens this module's tables and no other module's
+/// (the suite is one test binary).
+fn cache_builder() -> echo_cache::Builder {
+    echo_cache::Cache::builder()
+        .open::<Jittery>()
+        .open::<Exact>()
+        .open::<Swept>()
+        .open::<Small>()
 }

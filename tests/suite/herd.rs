@@ -5,13 +5,11 @@
 //! Every loader here waits on a [`Gate`] the test opens only once every
 //! caller has joined, so "concurrent" is a fact, not a hope.
 
-mod common;
-
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{Calls, Gate, bounded, eventually};
+use crate::common::{Calls, Gate, bounded, eventually};
 use echo_cache::{Cache, Error, Fetched, Id, Source, near_cache};
 use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
@@ -41,7 +39,7 @@ fn gated(gate: &Gate, calls: &Calls) -> impl Fn(Id<Item>) -> Load + Send + Sync 
 /// A cache whose fetches wait as long as their flight takes: the tests
 /// bound their waits themselves.
 fn cache_with(loader: impl Fn(Id<Item>) -> Load + Send + Sync + 'static) -> Cache {
-    Cache::builder()
+    cache_builder()
         .loader(loader)
         .fetch_timeout(None)
         .build()
@@ -375,7 +373,7 @@ async fn the_counters_add_up_under_a_storm() {
     const TASKS: u64 = 8;
     const FETCHES: u64 = 2_000;
     let ids: Vec<Id<Item>> = (0..20).map(|_| Id::mint()).collect();
-    let cache = Cache::builder()
+    let cache = cache_builder()
         .loader(|id: Id<Item>| {
             async move {
                 tokio::task::yield_now().await;
@@ -430,4 +428,10 @@ async fn the_counters_add_up_under_a_storm() {
             .all(|&n| n > 0),
         "the storm exercised every path: {stats:?}"
     );
+}
+
+/// A cache builder that opens this module's tables and no other module's
+/// (the suite is one test binary).
+fn cache_builder() -> echo_cache::Builder {
+    echo_cache::Cache::builder().open::<Item>()
 }

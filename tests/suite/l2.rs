@@ -11,7 +11,7 @@ use echo_cache_testkit::RedisServer;
 use redis::AsyncCommands;
 use redis::aio::MultiplexedConnection;
 
-#[near_cache(kind = "GAM", ttl_ms = 60_000, jitter = 0.1, name = "l2_games")]
+#[near_cache(kind = "LGA", ttl_ms = 60_000, jitter = 0.1, name = "l2_games")]
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 struct Game {
     secret: String,
@@ -36,7 +36,7 @@ fn node_with(
 ) -> (Cache, Arc<AtomicUsize>) {
     let calls = Arc::new(AtomicUsize::new(0));
     let counted = Arc::clone(&calls);
-    let builder = Cache::builder()
+    let builder = cache_builder()
         .l2(server.url())
         // Generous: these tests assert L2 hits, a loaded CI must not time out.
         .l2_timeout(Duration::from_secs(2))
@@ -261,7 +261,7 @@ async fn herd_across_two_nodes_loads_at_most_once_per_node() {
     let gated_node = |gate: Arc<tokio::sync::Semaphore>| {
         let calls = Arc::new(AtomicUsize::new(0));
         let counted = Arc::clone(&calls);
-        let cache = Cache::builder()
+        let cache = cache_builder()
             .l2(server.url())
             .l2_timeout(Duration::from_secs(2))
             .loader(move |id: Id<Game>| {
@@ -335,4 +335,10 @@ async fn slots_match_cluster_keyslot_of_a_real_server() {
             assert_eq!(keyspace::slot(key.as_bytes()), expected, "{key}");
         }
     }
+}
+
+/// A cache builder that opens this module's tables and no other module's
+/// (the suite is one test binary).
+fn cache_builder() -> echo_cache::Builder {
+    echo_cache::Cache::builder().open::<Game>()
 }

@@ -3,14 +3,12 @@
 //! checks (the URL) versus what only the server can (credentials, database,
 //! certificates: L2 errors, the loader serves).
 
-mod common;
-
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::time::Duration;
 
-use common::health;
+use crate::common::health;
 use echo_cache::{Builder, Cache, Cached, Error, Health, Id, Source, keyspace, near_cache};
 use echo_cache_testkit::RedisServer;
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
@@ -34,7 +32,7 @@ fn key(id: Id<Game>) -> String {
 /// A builder for one node, whose loader counts its calls.
 fn builder(url: &str, calls: &Arc<AtomicUsize>) -> Builder {
     let counted = Arc::clone(calls);
-    Cache::builder()
+    cache_builder()
         .l2(url)
         // Generous: a loaded CI must not turn an expected L2 hit into a
         // timeout. The bad-credential tests do not wait for it: the breaker
@@ -223,7 +221,7 @@ async fn a_malformed_address_fails_build_without_showing_the_password() {
         "redis://app:hunter2@127.0.0.1:6379/notadb",
         "http://app:hunter2@127.0.0.1:6379",
     ] {
-        let message = build_error(Cache::builder().l2(url));
+        let message = build_error(cache_builder().l2(url));
         assert!(message.contains("L2 address"), "{message}");
         assert!(
             !message.contains("hunter2"),
@@ -356,19 +354,25 @@ fn pki_ca_only() -> String {
 async fn unusable_tls_roots_fail_build() {
     let pki = pki();
     let message = build_error(
-        Cache::builder()
+        cache_builder()
             .l2("rediss://127.0.0.1:6379")
             .l2_tls_root("not a certificate"),
     );
     assert!(message.contains("no PEM certificate"), "{message}");
     // Roots for a plain address: a mistake, said at build.
     let message = build_error(
-        Cache::builder()
+        cache_builder()
             .l2("redis://127.0.0.1:6379")
             .l2_tls_root(pki.ca_pem),
     );
     assert!(message.contains("rediss://"), "{message}");
     // No certificate check at all is not offered.
-    let message = build_error(Cache::builder().l2("rediss://127.0.0.1:6379/#insecure"));
+    let message = build_error(cache_builder().l2("rediss://127.0.0.1:6379/#insecure"));
     assert!(message.contains("#insecure"), "{message}");
+}
+
+/// A cache builder that opens this module's tables and no other module's
+/// (the suite is one test binary).
+fn cache_builder() -> echo_cache::Builder {
+    echo_cache::Cache::builder().open::<Game>()
 }

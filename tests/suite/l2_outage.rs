@@ -2,15 +2,13 @@
 //! reaches a caller while the loader is healthy, no caller waits past the
 //! L2 timeout plus the loader, and L2 is used again when it comes back.
 
-mod common;
-
 use std::convert::Infallible;
 use std::time::{Duration, Instant};
 
 use echo_cache::{Cache, Health, Id, Source, near_cache};
 use echo_cache_testkit::RedisServer;
 
-use common::{eventually_within, health};
+use crate::common::{eventually_within, health};
 
 #[near_cache(kind = "OUT", ttl_ms = 60_000, name = "outage_games")]
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -30,7 +28,7 @@ fn node(server: &RedisServer) -> Cache {
 
 /// A node whose L2 commands time out after `l2_timeout`.
 fn node_timed(server: &RedisServer, l2_timeout: Duration) -> Cache {
-    Cache::builder()
+    cache_builder()
         .l2(server.url())
         .l2_timeout(l2_timeout)
         .l2_probe_every(Duration::from_millis(100))
@@ -154,6 +152,12 @@ async fn a_cache_built_while_the_server_is_down_serves_and_catches_up() {
 
 #[tokio::test]
 async fn a_bad_l2_address_is_refused_at_build() {
-    let error = Cache::builder().l2("not a url").build().unwrap_err();
+    let error = cache_builder().l2("not a url").build().unwrap_err();
     assert!(matches!(error, echo_cache::Error::Config(_)), "{error}");
+}
+
+/// A cache builder that opens this module's tables and no other module's
+/// (the suite is one test binary).
+fn cache_builder() -> echo_cache::Builder {
+    echo_cache::Cache::builder().open::<Game>()
 }

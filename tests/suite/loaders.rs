@@ -33,20 +33,20 @@ struct Bare {
 
 #[test]
 fn build_refuses_the_tables_without_a_loader_and_names_them() {
-    let Err(Error::MissingLoader { tables }) = Cache::builder().build() else {
+    let Err(Error::MissingLoader { tables }) = cache_builder().build() else {
         panic!("a cache whose tables cannot load was built");
     };
     let names: Vec<&str> = tables.iter().map(|spec| spec.name()).collect();
     assert_eq!(names, ["bare", "put_only"], "the declared loader counts");
 
     // One table left: the message names it, and how to settle it.
-    let refused = Cache::builder().without_loader::<Bare>().build();
+    let refused = cache_builder().without_loader::<Bare>().build();
     let Err(error @ Error::MissingLoader { .. }) = refused else {
         panic!("put_only has no loader, and the cache was built");
     };
     let message = error.to_string();
     for part in [
-        "`put_only` (loaders::PutOnly)",
+        "`put_only` (suite::loaders::PutOnly)",
         "loader = ",
         "Builder::loader",
         "Builder::without_loader::<PutOnly>()",
@@ -60,7 +60,7 @@ fn build_refuses_the_tables_without_a_loader_and_names_them() {
 /// (`a_table_without_a_loader_serves_what_is_put`).
 #[tokio::test]
 async fn a_table_built_without_loader_answers_no_loader_at_fetch() {
-    let cache = Cache::builder()
+    let cache = cache_builder()
         .without_loader::<PutOnly>()
         .without_loader::<Bare>()
         .build()
@@ -81,7 +81,7 @@ async fn a_table_built_without_loader_answers_no_loader_at_fetch() {
 #[tokio::test]
 async fn the_declared_loader_fills_and_a_builder_loader_overrides_it() {
     let put_only = |_: Id<PutOnly>| async { Ok::<_, std::io::Error>(Some(PutOnly { value: 1 })) };
-    let declared = Cache::builder()
+    let declared = cache_builder()
         .loader(put_only)
         .without_loader::<Bare>()
         .build()
@@ -97,7 +97,7 @@ async fn the_declared_loader_fills_and_a_builder_loader_overrides_it() {
         1
     );
 
-    let overridden = Cache::builder()
+    let overridden = cache_builder()
         .loader(|_: Id<Declared>| async {
             Ok::<_, std::io::Error>(Some(Declared {
                 from: "the builder".into(),
@@ -110,7 +110,7 @@ async fn the_declared_loader_fills_and_a_builder_loader_overrides_it() {
     assert_eq!(overridden.fetch(id).await.unwrap().from, "the builder");
 
     // `without_loader` overrides the declaration too.
-    let none = Cache::builder()
+    let none = cache_builder()
         .without_loader::<Declared>()
         .without_loader::<PutOnly>()
         .without_loader::<Bare>()
@@ -120,4 +120,43 @@ async fn the_declared_loader_fills_and_a_builder_loader_overrides_it() {
         none.fetch(id).await,
         Err(Error::NoLoader { table: "declared" })
     ));
+}
+
+/// A cache that opens some tables only needs loaders for those, refuses
+/// a loader for another, and says which table is closed if asked for it.
+#[tokio::test]
+async fn a_cache_opens_the_tables_it_names_and_no_other() {
+    let declared = Cache::builder().open::<Declared>().build().unwrap();
+    let names: Vec<_> = declared.tables().iter().map(|t| t.spec.name()).collect();
+    assert_eq!(names, ["declared"], "no loader asked for put_only or bare");
+    let fetched = declared.fetch(Id::<Declared>::mint()).await.unwrap();
+    assert_eq!(fetched.from, "the declaration");
+
+    let refused = Cache::builder()
+        .open::<Declared>()
+        .without_loader::<PutOnly>()
+        .build();
+    let Err(Error::Config(message)) = refused else {
+        panic!("a loader of a closed table was taken: {refused:?}");
+    };
+    assert!(message.contains("loaders::PutOnly"), "{message}");
+
+    let fetch = || declared.fetch(Id::<Bare>::mint());
+    let closed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(fetch))
+        .map(drop)
+        .expect_err("a fetch of a closed table panics");
+    let message = closed.downcast_ref::<String>().expect("a message");
+    assert!(
+        message.contains(r#"the table "bare" of `suite::loaders::Bare` is not open"#),
+        "{message}"
+    );
+}
+
+/// A cache builder that opens this module's tables and no other module's
+/// (the suite is one test binary).
+fn cache_builder() -> echo_cache::Builder {
+    Cache::builder()
+        .open::<Declared>()
+        .open::<PutOnly>()
+        .open::<Bare>()
 }

@@ -4,9 +4,8 @@
 //! meanwhile is dropped, the others stay); past the grace it is flushed and
 //! bypassed as a table without one. On a real server, two nodes.
 
-mod coherence_support;
-
-use coherence_support::{
+use crate::coherence_support;
+use crate::coherence_support::{
     Entity, Sor, eventually, health, link_clients, linked, query, reads, with_loaders,
 };
 use std::sync::Arc;
@@ -41,7 +40,7 @@ macro_rules! graced {
 
 graced!(Catalogue, "CAT", "broadcast", "catalogue", 60_000);
 graced!(Prices, "PRI", "tracking", "prices", 60_000);
-graced!(Ledger, "LED", "durable", "ledger", 60_000);
+graced!(Ledger, "LGL", "durable", "grace_ledger", 60_000);
 graced!(Brief, "BRF", "broadcast", "brief", 300);
 
 /// Rows (and frames) that live 300 ms, then answer stale for a minute while
@@ -100,11 +99,17 @@ async fn nodes_failing(
 ) -> (Cache, Cache) {
     let node = || {
         with_loaders(coherence_support::builder(server), sor)
+            .open::<Failsafe>()
             .loader(switchable::<Failsafe>(failing))
+            .open::<FailsafeGraced>()
             .loader(switchable::<FailsafeGraced>(failing))
+            .open::<Catalogue>()
             .loader(reads::<Catalogue>(sor))
+            .open::<Prices>()
             .loader(reads::<Prices>(sor))
+            .open::<Ledger>()
             .loader(reads::<Ledger>(sor))
+            .open::<Brief>()
             .loader(reads::<Brief>(sor))
             .build()
             .expect("cache builds")

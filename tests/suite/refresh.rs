@@ -5,24 +5,28 @@
 //! Every clock here is [`Clock::manual`]: rows die when the test moves the
 //! clock, never because time passed.
 
-mod common;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use common::{Calls, Gate, eventually};
+use crate::common::{Calls, Gate, eventually};
 use echo_cache::{Cache, Clock, Id, Source, near_cache};
 
 /// Rows live exactly 1 s; a read in their last 200 ms refreshes them.
-#[near_cache(kind = "RFA", ttl_ms = 1_000, jitter = 0.0, refresh_ms = 200)]
+#[near_cache(
+    kind = "RFA",
+    ttl_ms = 1_000,
+    jitter = 0.0,
+    refresh_ms = 200,
+    name = "refresh_hot"
+)]
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
 struct Hot {
     n: u64,
 }
 
 /// The same rows without refresh-ahead.
-#[near_cache(kind = "RFO", ttl_ms = 1_000, jitter = 0.0)]
+#[near_cache(kind = "RFO", ttl_ms = 1_000, jitter = 0.0, name = "refresh_plain")]
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
 struct Plain {
     n: u64,
@@ -39,7 +43,7 @@ fn rig(db: &Arc<AtomicU64>, calls: &Calls, clock: &Clock) -> Cache {
         }
     };
     let (hot, plain) = (loads(db, calls), loads(db, calls));
-    Cache::builder()
+    cache_builder()
         .clock(clock.clone())
         .loader(move |_: Id<Hot>| {
             let n = hot();
@@ -102,7 +106,7 @@ async fn a_refresh_overtaken_by_an_invalidation_installs_nothing() {
             entered.clone(),
             gate.clone(),
         );
-        Cache::builder()
+        cache_builder()
             .clock(clock.clone())
             .loader(move |_: Id<Hot>| {
                 // The value is read before the gate: a refresh held there
@@ -127,7 +131,7 @@ async fn a_refresh_overtaken_by_an_invalidation_installs_nothing() {
     clock.advance(Duration::from_millis(900));
     let due = cache.fetch(id).await.expect("a hit");
     assert_eq!((due.source(), due.n), (Source::Hit, 1));
-    common::bounded("the refresh to reach the loader", entered.pass()).await;
+    crate::common::bounded("the refresh to reach the loader", entered.pass()).await;
 
     db.store(2, Ordering::SeqCst);
     cache.invalidate(id).await.expect("invalidated");
@@ -155,7 +159,7 @@ async fn a_failed_refresh_is_tried_again_before_the_row_dies() {
     );
     let cache = {
         let (db, calls) = (Arc::clone(&db), calls.clone());
-        Cache::builder()
+        cache_builder()
             .clock(clock.clone())
             .loader(move |_: Id<Hot>| {
                 // The fill answers; the next two loads (refreshes) fail.
@@ -220,4 +224,10 @@ async fn without_refresh_ms_a_row_read_near_its_end_dies_and_misses() {
     );
     let stats = cache.stats::<Plain>();
     assert_eq!((stats.refreshes, stats.misses, calls.get()), (0, 2, 2));
+}
+
+/// A cache builder that opens this module's tables and no other module's
+/// (the suite is one test binary).
+fn cache_builder() -> echo_cache::Builder {
+    echo_cache::Cache::builder().open::<Hot>().open::<Plain>()
 }

@@ -215,7 +215,7 @@ fn node<T: Cached + Clone>(server: &RedisServer) -> (Cache, Arc<AtomicUsize>) {
             &others
         }
     };
-    let builder = Cache::builder()
+    let builder = cache_builder()
         .l2(server.url())
         // Generous: these tests assert L2 hits, a loaded CI must not time out.
         .l2_timeout(Duration::from_secs(2));
@@ -310,4 +310,15 @@ async fn a_value_that_cannot_be_traced_still_shares_its_frames() {
     assert_eq!((read.source(), &*read), (Source::L2, &opaque::note()));
     assert_eq!((a_calls.load(SeqCst), b_calls.load(SeqCst)), (1, 0));
     assert_eq!(b.stats::<opaque::Note>().decode_errors, 0);
+}
+
+/// A cache builder that opens this module's tables and no other module's
+/// (the suite is one test binary).
+fn cache_builder() -> echo_cache::Builder {
+    echo_cache::Cache::builder()
+        .open::<v1::Game>()
+        .open::<same::Game>()
+        .open::<reordered::Game>()
+        .open::<variant::Game>()
+        .open::<opaque::Note>()
 }

@@ -7,13 +7,11 @@
 //! clock. L2 frames expire on the wall clock (they are shared by nodes):
 //! the L2 tests wait, bounded, for the server to say a frame's TTL is past.
 
-mod common;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering::SeqCst};
 use std::time::Duration;
 
-use common::{BOUND, Calls, bounded, eventually};
+use crate::common::{BOUND, Calls, bounded, eventually};
 use echo_cache::{Builder, Cache, Cached, Clock, Error, Id, Source, keyspace, near_cache};
 use echo_cache_testkit::RedisServer;
 use futures_util::FutureExt;
@@ -22,14 +20,20 @@ use redis::AsyncCommands;
 
 /// A table whose rows live exactly 10 s, then answer stale for 5 s more
 /// while the loader fails.
-#[near_cache(kind = "SES", ttl_ms = 10_000, jitter = 0.0, stale_if_error_ms = 5_000)]
+#[near_cache(
+    kind = "SES",
+    ttl_ms = 10_000,
+    jitter = 0.0,
+    stale_if_error_ms = 5_000,
+    name = "stale_session"
+)]
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 struct Session {
     revision: u64,
 }
 
 /// The same without a grace: today's behaviour.
-#[near_cache(kind = "PLN", ttl_ms = 10_000, jitter = 0.0)]
+#[near_cache(kind = "SPN", ttl_ms = 10_000, jitter = 0.0, name = "stale_plain")]
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 struct Plain {
     revision: u64,
@@ -50,11 +54,12 @@ struct Slow {
 
 /// A grace, and a sweeper every 5 ms.
 #[near_cache(
-    kind = "SWP",
+    kind = "SSW",
     ttl_ms = 10_000,
     jitter = 0.0,
     stale_if_error_ms = 5_000,
-    sweep_ms = 5
+    sweep_ms = 5,
+    name = "stale_swept"
 )]
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 struct Swept {
@@ -174,7 +179,7 @@ impl Store {
 /// An L1-only cache on a manual clock, loading from `store`.
 fn cache(store: &Store) -> (Cache, Clock) {
     let clock = Clock::manual();
-    let builder = Cache::builder().clock(clock.clone());
+    let builder = cache_builder().clock(clock.clone());
     (store.serve(builder).build().unwrap(), clock)
 }
 
@@ -190,7 +195,7 @@ async fn node_with(
     amend: impl FnOnce(Builder) -> Builder,
 ) -> (Cache, Clock) {
     let clock = Clock::manual();
-    let builder = Cache::builder()
+    let builder = cache_builder()
         .l2(server.url())
         .l2_timeout(Duration::from_secs(2))
         .fetch_timeout(Some(BOUND))
@@ -542,4 +547,17 @@ async fn a_batch_serves_stale_too_and_not_an_invalidated_id() {
     );
     assert!(is_load_error(&answers[1]), "invalidated: never stale");
     assert_eq!(cache.stats::<Session>().stale_served, 1);
+}
+
+/// A cache builder that opens this module's tables and no other module's
+/// (the suite is one test binary).
+fn cache_builder() -> echo_cache::Builder {
+    echo_cache::Cache::builder()
+        .open::<Session>()
+        .open::<Plain>()
+        .open::<Slow>()
+        .open::<Swept>()
+        .open::<Broadcast>()
+        .open::<Tracked>()
+        .open::<Unshared>()
 }

@@ -128,7 +128,7 @@ fn field<'a>(span: &'a Closed, name: &str) -> Option<&'a str> {
 #[tokio::test]
 async fn a_flight_is_a_span_with_its_id_table_source_outcome_and_duration() {
     let (found, absent, broken) = (Id::<Doc>::mint(), Id::<Doc>::mint(), Id::<Doc>::mint());
-    let cache = Cache::builder()
+    let cache = cache_builder()
         .loader(loader(found, broken))
         .build()
         .unwrap();
@@ -170,7 +170,7 @@ async fn l2_operations_are_spans_inside_their_flight() {
     let server = RedisServer::start();
     let (found, broken) = (Id::<Doc>::mint(), Id::<Doc>::mint());
     let node = || {
-        Cache::builder()
+        cache_builder()
             .l2(server.url())
             .loader(loader(found, broken))
             .build()
@@ -201,4 +201,10 @@ async fn l2_operations_are_spans_inside_their_flight() {
             (Some("read"), Some("value"), Some("flight")),
         ]
     );
+}
+
+/// A cache builder that opens this module's tables and no other module's
+/// (the suite is one test binary).
+fn cache_builder() -> echo_cache::Builder {
+    Cache::builder().open::<Doc>()
 }

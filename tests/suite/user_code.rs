@@ -3,14 +3,12 @@
 //! one that panics stops neither the writer that freed it nor the
 //! maintenance thread (the clock, the sweeper, reclamation).
 
-mod common;
-
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use common::{BOUND, eventually};
+use crate::common::{BOUND, eventually};
 use echo_cache::{Cache, Id, Source, near_cache};
 
 /// The cache the values' destructors call back into.
@@ -60,7 +58,7 @@ struct Short {
 
 fn cache() -> &'static Cache {
     CACHE.get_or_init(|| {
-        Cache::builder()
+        cache_builder()
             .loader(|id: Id<Short>| async move {
                 Ok::<_, std::io::Error>(Some(Short { n: id.payload() }))
             })
@@ -140,4 +138,13 @@ fn a_drop_that_panics_stops_neither_writers_nor_the_maintenance_thread() {
         })
         .await;
     });
+}
+
+/// A cache builder that opens this module's tables and no other module's
+/// (the suite is one test binary).
+fn cache_builder() -> echo_cache::Builder {
+    echo_cache::Cache::builder()
+        .open::<Reentrant>()
+        .open::<Bomb>()
+        .open::<Short>()
 }

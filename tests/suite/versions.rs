@@ -5,15 +5,19 @@
 //! as they can over the same wall-clock window. No version may be minted
 //! twice.
 
-mod common;
-
 use std::collections::HashSet;
 use std::process::{Command, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use common::BOUND;
-use echo_cache::{Cache, Kind, Minter, RawId};
+use crate::common::BOUND;
+use echo_cache::{Cache, Kind, Minter, RawId, near_cache};
 use echo_cache_testkit::RedisServer;
+
+/// The one table of the children's caches (the suite's binary declares
+/// many; a cache opens what it is told to).
+#[near_cache(kind = "VRS", ttl_ms = 60_000)]
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Minted;
 
 /// Set in a child's environment: `<server url> <start, unix ms> <output file>`.
 const CHILD_ENV: &str = "ECHO_CACHE_MINTING_CHILD";
@@ -40,7 +44,12 @@ fn two_processes_on_one_l2_never_mint_the_same_version() {
         .iter()
         .map(|output| {
             Command::new(std::env::current_exe().expect("the test binary"))
-                .args(["minting_child", "--exact", "--ignored", "--nocapture"])
+                .args([
+                    "versions::minting_child",
+                    "--exact",
+                    "--ignored",
+                    "--nocapture",
+                ])
                 .env(
                     CHILD_ENV,
                     format!("{} {start} {}", server.url(), output.display()),
@@ -101,7 +110,11 @@ async fn minting_child() {
         panic!("{CHILD_ENV}={setting:?}: expected a URL, a time and a path");
     };
     let start: u64 = start.parse().expect("a time");
-    let cache = Cache::builder().l2(url).build().expect("cache builds");
+    let cache = (Cache::builder().open::<Minted>())
+        .without_loader::<Minted>()
+        .l2(url)
+        .build()
+        .expect("cache builds");
     tokio::time::timeout(BOUND, cache.ready())
         .await
         .expect("the cache is ready");

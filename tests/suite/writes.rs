@@ -5,24 +5,27 @@
 //! The fills here wait on a [`Gate`] the test holds, so the write lands
 //! mid-flight by construction.
 
-mod common;
-
 use std::time::Duration;
 
-use common::{Calls, Gate, bounded, eventually};
+use crate::common::{Calls, Gate, bounded, eventually};
 use echo_cache::{Builder, Cache, Clock, Error, Fetched, Id, Source, near_cache};
 use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
 
 /// A mutable document: its loader answers what the "database" holds.
-#[near_cache(kind = "DOC", ttl_ms = 600_000, coherence = "broadcast")]
+#[near_cache(
+    kind = "DOC",
+    ttl_ms = 600_000,
+    coherence = "broadcast",
+    name = "writes_doc"
+)]
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
 struct Doc {
     body: String,
 }
 
 /// A table whose loader's "not found" is not remembered (the default).
-#[near_cache(kind = "PLN", ttl_ms = 600_000)]
+#[near_cache(kind = "WPN", ttl_ms = 600_000, name = "writes_plain")]
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
 struct Plain {
     n: u32,
@@ -73,7 +76,7 @@ fn nothing<T: Send + 'static>(calls: &Calls) -> impl Fn(Id<T>) -> Load<T> + Send
 /// A builder whose tables have no loader: a test gives the loader of the
 /// table it reads (the last word on a table wins); `Orphan` never has one.
 fn put_only() -> Builder {
-    Cache::builder()
+    cache_builder()
         .without_loader::<Doc>()
         .without_loader::<Plain>()
         .without_loader::<Ghost>()
@@ -229,7 +232,7 @@ async fn not_found_is_its_own_outcome_and_is_not_remembered_by_default() {
                 let Error::NotFound { table, id: asked } = error else {
                     unreachable!()
                 };
-                assert_eq!((table, asked), ("plain", id.raw()));
+                assert_eq!((table, asked), ("writes_plain", id.raw()));
             }
             other => panic!("expected NotFound, got {other:?}"),
         }
@@ -364,4 +367,14 @@ async fn a_table_without_a_loader_serves_what_is_put() {
         .find(|t| t.spec.name() == "orphan")
         .unwrap();
     assert!(!info.has_loader);
+}
+
+/// A cache builder that opens this module's tables and no other module's
+/// (the suite is one test binary).
+fn cache_builder() -> echo_cache::Builder {
+    echo_cache::Cache::builder()
+        .open::<Doc>()
+        .open::<Plain>()
+        .open::<Ghost>()
+        .open::<Orphan>()
 }

@@ -1,22 +1,17 @@
-//! Shared by the coherence test binaries (`coherence/`, `coherence_*.rs`,
-//! `lost_grace.rs`, `cluster.rs`): one `tracking`
-//! and one `broadcast` table, a system of record that holds a revision per
-//! id, cache nodes built on one real server, and the bounded waits of
-//! `tests/common` (re-exported: one definition for every test binary).
-//!
-//! Every table declared here exists in every cache a test binary builds, so
-//! one cache node has one coherence link carrying both tables.
+//! Shared by the coherence tests (`coherence/`, `coherence_*.rs`,
+//! `lost_grace.rs`, `cluster.rs`): one `tracking` and one `broadcast`
+//! table, which every node built here opens (one coherence link carries
+//! both), a `durable` and a `none` one for the tests that open them, a
+//! system of record that holds a revision per id, cache nodes built on one
+//! real server, and the bounded waits of `tests/common` (re-exported).
 #![allow(dead_code)]
-
-#[path = "../common/mod.rs"]
-mod common;
 
 pub mod checker;
 
 // Each binary uses part of these; like `dead_code` above, an unused one
 // must not warn.
 #[allow(unused_imports)]
-pub use common::{BOUND, bounded, eventually, health, query};
+pub use crate::common::{BOUND, bounded, eventually, health, query};
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -60,12 +55,15 @@ macro_rules! entity {
         }
     };
 }
-// Each binary declares its own extra tables, or none.
+// Each module declares its own extra tables, or none.
 #[allow(unused_imports)]
 pub(crate) use entity;
 
 entity!(Tracked, "TRK", "tracking", "tracked");
 entity!(Broadcast, "BRD", "broadcast", "broadcast");
+// Opened only by the tests that ask for them (`Builder::open`).
+entity!(Durable, "DUR", "durable", "durable");
+entity!(Plain, "PLN", "none", "plain");
 
 /// The system of record: the revision of every id (0 until written).
 #[derive(Clone, Default)]
@@ -100,6 +98,8 @@ pub fn builder(server: &RedisServer) -> Builder {
 /// [`builder`] for the server at `url`.
 pub fn builder_for(url: &str) -> Builder {
     Cache::builder()
+        .open::<Tracked>()
+        .open::<Broadcast>()
         .l2(url)
         .l2_timeout(Duration::from_secs(2))
         .fetch_timeout(Some(BOUND))
@@ -116,7 +116,7 @@ pub fn node(server: &RedisServer, sor: &Sor) -> Cache {
 
 /// `builder` with loaders of both tables that read `sor`.
 pub fn with_loaders(builder: Builder, sor: &Sor) -> Builder {
-    builder
+    (builder.open::<Tracked>().open::<Broadcast>())
         .loader(reads::<Tracked>(sor))
         .loader(reads::<Broadcast>(sor))
 }

@@ -1,0 +1,46 @@
+//! The integration tests, as one test binary with a module per subject:
+//! built and linked once, and run in one pass whose tests share the
+//! machine's cores (a binary per file linked the whole dependency tree
+//! some thirty times, and ran the files one after another).
+//!
+//! Every `#[near_cache]` declaration of the binary is linked into every
+//! cache it builds's directory, so each module builds its caches with
+//! [`Builder::open`](echo_cache::Builder::open) naming its own tables,
+//! and kinds and table names are unique across the modules.
+//!
+//! Binaries of their own: what needs the process to itself or the
+//! directory as it is (`metrics.rs`, a global recorder; `lifecycle.rs`, which counts the
+//! process's threads; `directory.rs`,
+//! `conflict_*.rs`, the whole directory; `quickstart.rs`, `codemojex*.rs`,
+//! programs that open every table they link), `expansion_lints.rs`
+//! (crate-wide lints) and `ui.rs` (trybuild).
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod coherence_support;
+
+mod batch;
+mod cluster;
+mod coherence;
+mod coherence_durable;
+mod coherence_outage;
+mod coherence_races;
+mod deadline;
+mod entry_ttl;
+mod eviction;
+mod expiry;
+mod herd;
+mod ids;
+mod l2;
+mod l2_connect;
+mod l2_outage;
+mod loaders;
+mod lost_grace;
+mod refresh;
+mod schema;
+mod stale;
+mod tracing;
+mod user_code;
+mod versions;
+mod writes;
