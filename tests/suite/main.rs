@@ -13,7 +13,8 @@
 //! process's threads; `directory.rs`,
 //! `conflict_*.rs`, the whole directory; `quickstart.rs`, `codemojex*.rs`,
 //! programs that open every table they link), `expansion_lints.rs`
-//! (crate-wide lints) and `ui.rs` (trybuild).
+//! (crate-wide lints). The UI tests (trybuild) are a package of their
+//! own, `tests/ui`.
 
 #[path = "../common/mod.rs"]
 mod common;

@@ -14,14 +14,14 @@
 //!
 //! After a change to the macro or the runtime's diagnostics, regenerate the
 //! expected output with
-//! `TRYBUILD=overwrite cargo test -p echo-cache-suite --test ui` and read
+//! `TRYBUILD=overwrite cargo test -p echo-cache-ui` and read
 //! every changed `.stderr`: it is what a user will see.
 
 #[test]
 fn ui() {
     let t = trybuild::TestCases::new();
     for topic in ["attr", "value", "item", "fetch"] {
-        t.compile_fail(format!("ui/{topic}/*.rs"));
+        t.compile_fail(format!("{topic}/*.rs"));
     }
-    t.pass("ui/pass/*.rs");
+    t.pass("pass/*.rs");
 }
