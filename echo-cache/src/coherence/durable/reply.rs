@@ -156,3 +156,82 @@ pub(super) fn int(value: &Value) -> Option<i64> {
         other => std::str::from_utf8(bytes(other)?).ok()?.parse().ok(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entry_ids_parse_and_order() {
+        assert_eq!(EntryId::parse(b"17-3"), Some(EntryId(17, 3)));
+        assert_eq!(EntryId::parse(b"17"), Some(EntryId(17, 0)));
+        assert_eq!(EntryId::parse(b"x-1"), None);
+        assert!(EntryId(2, 0) > EntryId(1, 9));
+        assert_eq!(EntryId(5, 1).to_string(), "5-1");
+    }
+
+    /// An `XINFO STREAM` reply (RESP2).
+    fn info(length: i64, added: Option<i64>, first: Option<&str>, last: &str) -> Value {
+        let s = |text: &str| Value::BulkString(text.as_bytes().to_vec());
+        let mut pairs = vec![
+            s("length"),
+            Value::Int(length),
+            s("last-generated-id"),
+            s(last),
+        ];
+        if let Some(added) = added {
+            pairs.extend([s("entries-added"), Value::Int(added)]);
+        }
+        pairs.push(s("first-entry"));
+        pairs.push(match first {
+            Some(id) => Value::Array(vec![s(id), Value::Array(vec![s("m"), s("x")])]),
+            None => Value::Nil,
+        });
+        Value::Array(pairs)
+    }
+
+    #[test]
+    fn trimming_is_told_from_the_stream_info() {
+        let at = |ms| EntryId(ms, 0);
+        // Nothing added after what was delivered.
+        assert!(!trimmed_past(&info(3, Some(9), Some("7-0"), "9-0"), at(9)));
+        // Never trimmed.
+        assert!(!trimmed_past(&info(9, Some(9), Some("1-0"), "9-0"), at(5)));
+        // The first entry left is not after what was delivered.
+        assert!(!trimmed_past(&info(5, Some(9), Some("5-0"), "9-0"), at(5)));
+        // Trimmed past it, or everything trimmed.
+        assert!(trimmed_past(&info(2, Some(9), Some("8-0"), "9-0"), at(5)));
+        assert!(trimmed_past(&info(0, Some(9), None, "9-0"), at(5)));
+        // An old server, without counts: the first entry decides.
+        assert!(trimmed_past(&info(2, None, Some("8-0"), "9-0"), at(5)));
+
+        assert!(!trimmed_up_to(&info(9, Some(9), Some("1-0"), "9-0"), at(1)));
+        assert!(!trimmed_up_to(&info(5, Some(9), Some("5-0"), "9-0"), at(6)));
+        assert!(trimmed_up_to(&info(5, Some(9), Some("5-0"), "9-0"), at(5)));
+        assert!(trimmed_up_to(&info(0, Some(9), None, "9-0"), at(5)));
+    }
+
+    #[test]
+    fn replies_parse_in_resp2_and_resp3() {
+        let s = |text: &str| Value::BulkString(text.as_bytes().to_vec());
+        let entries = Value::Array(vec![
+            Value::Array(vec![s("1-1"), Value::Array(vec![s("m"), s("x")])]),
+            Value::Array(vec![s("1-2"), Value::Nil]),
+        ]);
+        let resp2 = Value::Array(vec![Value::Array(vec![s("st"), entries.clone()])]);
+        let resp3 = Value::Map(vec![(s("st"), entries)]);
+        for reply in [resp2, resp3] {
+            let streams = streams(&reply).unwrap();
+            assert_eq!(streams.len(), 1);
+            assert_eq!(streams[0].0, b"st");
+            let entries = entries_of(streams[0].1).unwrap();
+            assert_eq!(entries[0].id, EntryId(1, 1));
+            assert!(entries[0].fields.is_some());
+            assert!(entries[1].fields.is_none(), "deleted");
+        }
+        assert!(streams(&Value::Nil).unwrap().is_empty());
+        assert!(streams(&Value::Int(1)).is_err());
+        let map = Value::Map(vec![(s("name"), s("g"))]);
+        assert_eq!(field(&map, "name").and_then(bytes), Some(&b"g"[..]));
+    }
+}
