@@ -6,9 +6,10 @@
 //! For 100,000 and 1,000,000 entries, each engine is bounded at that many
 //! (the `HashMap` simply holds them), keyed by `u64` ids, each value a
 //! 64-byte struct behind an `Arc`, hashed with foldhash. Each is measured
-//! twice, afresh: *filled* with as many ids as its bound, and *churned*:
-//! filled, then offered as many new ids again, each twice, so that it is
-//! full and evicting (echo-cache's admission sketch exists only once its
+//! three times, afresh: *filled* with as many ids as its bound; *bound 2x*:
+//! bounded at twice the entries it is filled with, as a service sizes a
+//! bound above what it holds; and *churned*: filled, then offered as many
+//! new ids again, each twice, so that it is full and evicting (echo-cache's admission sketch exists only once its
 //! table has filled, and its evictions leave tombstones until a rebuild).
 //! A counting global allocator gives the bytes each engine holds, less the
 //! values' own allocations (an `Arc` of a 64-byte value: 80 bytes each,
@@ -114,6 +115,17 @@ pub struct Small(Blob);
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct Large(Blob);
 
+/// The value of a table bounded at 200,000 rows, filled with 100,000: a
+/// service sizes its bound above what it holds.
+#[near_cache(kind = "MEC", ttl_ms = 3_600_000, max_size = 200_000, sweep_ms = 10)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub struct SmallRoomy(Blob);
+
+/// The value of a table bounded at 2,000,000 rows, filled with 1,000,000.
+#[near_cache(kind = "MED", ttl_ms = 3_600_000, max_size = 2_000_000, sweep_ms = 10)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub struct LargeRoomy(Blob);
+
 /// Bytes held per entry beyond the values, and the entries held.
 #[allow(clippy::cast_precision_loss)]
 fn per_entry(bytes: isize, entries: usize) -> f64 {
@@ -133,9 +145,7 @@ fn offers(n: usize, churn: bool) -> impl Iterator<Item = u64> {
 fn echo<T: Cached>(n: usize, churn: bool, wrap: fn(Blob) -> T) -> (f64, usize) {
     let before = held();
     // Filled by `put`: no table needs a loader.
-    let cache = Cache::builder()
-        .without_loader::<Small>()
-        .without_loader::<Large>()
+    let cache = (Cache::builder().open::<T>().without_loader::<T>())
         .build()
         .expect("the cache builds");
     for i in offers(n, churn) {
@@ -144,7 +154,7 @@ fn echo<T: Cached>(n: usize, churn: bool, wrap: fn(Blob) -> T) -> (f64, usize) {
     }
     let stats = cache.stats::<T>();
     let entries = usize::try_from(stats.size).expect("fits");
-    assert_eq!(entries, n, "echo-cache is full");
+    assert_eq!(entries, n, "echo-cache holds every id");
     assert_eq!(stats.evictions > 0, churn, "echo-cache evicted if churned");
     // Arrays retired by rebuilds are freed by the maintenance thread's
     // sweeps (every 10 ms here): wait until the count stops falling.
@@ -169,11 +179,12 @@ fn echo<T: Cached>(n: usize, churn: bool, wrap: fn(Blob) -> T) -> (f64, usize) {
     (per_entry(bytes, entries), entries)
 }
 
-fn quick(n: usize, churn: bool) -> (f64, usize) {
+/// quick_cache bounded at `bound`, offered [`offers`] of `n`.
+fn quick(n: usize, bound: usize, churn: bool) -> (f64, usize) {
     let before = held();
     let cache = quick_cache::sync::Cache::with(
-        n,
-        n as u64,
+        bound,
+        bound as u64,
         quick_cache::UnitWeighter,
         Hasher::default(),
         quick_cache::sync::DefaultLifecycle::default(),
@@ -209,7 +220,8 @@ fn main() {
     let _ = writeln!(
         out,
         "memory per entry (bytes), values (80 B each) excluded\n\
-         filled: as many ids as the bound; churned: then as many new ids, each twice (full, evicting)\n"
+         filled: as many ids as the bound; bound 2x: as many ids as half the bound;\n\
+         churned: as many as the bound, then as many new ids, each twice (full, evicting)\n"
     );
     let _ = writeln!(
         out,
@@ -219,12 +231,18 @@ fn main() {
     let mut targets = Vec::new();
     for n in [100_000, 1_000_000] {
         let (map, _) = hashmap(n);
-        for (how, churn) in [("filled", false), ("churned", true)] {
-            let (quick, _) = quick(n, churn);
-            let (echo, _) = if n == 100_000 {
-                echo::<Small>(n, churn, Small)
-            } else {
-                echo::<Large>(n, churn, Large)
+        let runs = [
+            ("filled", 1, false),
+            ("bound 2x", 2, false),
+            ("churned", 1, true),
+        ];
+        for (how, bound, churn) in runs {
+            let (quick, _) = quick(n, bound * n, churn);
+            let (echo, _) = match (n, bound) {
+                (100_000, 1) => echo::<Small>(n, churn, Small),
+                (100_000, _) => echo::<SmallRoomy>(n, churn, SmallRoomy),
+                (_, 1) => echo::<Large>(n, churn, Large),
+                _ => echo::<LargeRoomy>(n, churn, LargeRoomy),
             };
             let _ = writeln!(
                 out,
@@ -238,7 +256,7 @@ fn main() {
             ));
         }
     }
-    let _ = writeln!(out, "\ntarget (issue 11):");
+    let _ = writeln!(out, "\ntarget (issues 11 and 27):");
     for line in targets {
         let _ = writeln!(out, "  {line}");
     }
