@@ -332,7 +332,11 @@ mod l2 {
     /// scheduled late on a loaded machine, plus the longest delay seen
     /// meanwhile in waking a thread of this process that sleeps 1 ms
     /// (the maintenance thread ticks the clock just so).
+    ///
+    /// Wall-clock bounds this tight hold for a process that is not busy
+    /// with other tests: `scripts/test` runs it alone, after the suite.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "timed on the wall clock: scripts/test runs it alone"]
     async fn no_node_answers_a_row_past_its_own_deadline() {
         const TTL: Duration = Duration::from_millis(300);
         const SLACK: Duration = Duration::from_millis(5);
