@@ -46,8 +46,17 @@ impl<T> Table<T> {
     pub(super) fn answer(&self, key: u64, live: Live<T>) -> Result<Fetched<T>, Error> {
         match live.value {
             Some(value) => Ok(Fetched::new(value, Source::Hit, live.version)),
-            None => Err(self.not_found(key)),
+            None => Err(self.absent(key)),
         }
+    }
+
+    /// The answer of a row remembering an absence: out of the hit's line,
+    /// so that a hit's answer is its value's fields alone (not merged
+    /// with an error's).
+    #[cold]
+    #[inline(never)]
+    fn absent(&self, key: u64) -> Error {
+        self.not_found(key)
     }
 }
 
