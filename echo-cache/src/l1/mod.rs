@@ -26,7 +26,9 @@
 //!   never sees the slot change owner. Arrays are rebuilt, not rehashed in
 //!   place, when they fill with rows or tombstones.
 //! - A row is written under a per-slot sequence count (a seqlock); a reader
-//!   that catches a row mid-write treats it as a miss rather than wait.
+//!   that catches a row mid-write treats it as a miss rather than wait. A
+//!   write under way, and a slot without a row (a tombstone), show no
+//!   expiry (0): a hit's test of the expiry is also its test of those.
 //! - Values and arrays a writer unlinks are freed once no reader can still
 //!   hold them ([`crate::epoch`]); a reader's protection is a store to its
 //!   own thread's cell, no atomic read-modify-write.
@@ -370,20 +372,26 @@ impl<T> Rows<T> {
         let version = slot.version.load(Relaxed);
         fence(Acquire);
         // A mark written meanwhile changes no field of the row.
-        let rewritten = !same_write(slot.stamp.load(Relaxed), stamp);
-        if stamp & 1 == 1 || rewritten || !is_row(value) {
+        if !same_write(slot.stamp.load(Relaxed), stamp) {
             return None;
         }
+        // No test of a write under way or of a tombstone: the stamp of
+        // either has no expiry (0, see `Slot::write`), which neither test
+        // of the expiry below passes, so a slot that passes one holds a
+        // row, written whole before `stamp` was.
         let expires = stamp >> SEQ_BITS;
         if expires > unwatched_after {
-            // SAFETY: `value` is a row's (`is_row`), and the pin keeps its
-            // `Arc` alive even if a writer has since replaced it.
+            debug_assert!(stamp & 1 == 0 && is_row(value));
+            // SAFETY: `value` is a row's (its stamp has an expiry, above),
+            // and the pin keeps its `Arc` alive even if a writer has since
+            // replaced it.
             let value = unsafe { share(value) };
             return Some(Live { value, version });
         }
         if expires <= now {
             return None;
         }
+        debug_assert!(stamp & 1 == 0 && is_row(value));
         let left = expires - now;
         let live = Live {
             // SAFETY: as above.
