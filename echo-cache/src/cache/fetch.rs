@@ -60,8 +60,8 @@ impl<T> Future for Fetch<'_, T> {
         let miss = match &mut this.miss {
             Some(miss) => miss,
             none => {
-                if let Some(hit) = this.table.hit(this.id.payload()) {
-                    return Poll::Ready(hit);
+                if let Some(live) = this.table.hit_row(this.id.payload()) {
+                    return Poll::Ready(this.table.answer(this.id.payload(), live));
                 }
                 none.insert(start_miss(this.table, this.id.payload(), this.timeout))
             }
