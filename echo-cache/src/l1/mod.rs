@@ -13,7 +13,8 @@
 //! - Arrays hold `m · 2^e` slots (`m` from 16 to 31): sized to the rows a
 //!   shard holds, at most 6.25 % over, rather than to the next power of
 //!   two (up to 100 % over). A key's probe starts at its hash's low bits
-//!   scaled to the slot count (a multiply, not a mask).
+//!   scaled to the slot count (a multiply, not a mask), which a header
+//!   before the slots holds.
 //! - One hash of the key under the table's random seed gives both its
 //!   shard (the top bits, [`shard_of`]) and its probe's start (the low
 //!   bits).
@@ -163,7 +164,7 @@ fn random_hasher() -> Hasher {
 /// sixteenth of the table.
 const SHARD_BITS: u32 = 4;
 const SHARDS: usize = 1 << SHARD_BITS;
-/// Slots of a shard's first array (the least `m · 2^e`, see [`array::tag`]).
+/// Slots of a shard's first array (the least `m · 2^e`, see [`capacity_for`]).
 const MIN_SLOTS: usize = 16;
 
 // What a slot's value pointer holds besides an `Arc`'s (whose pointers are
@@ -189,7 +190,7 @@ struct Tally {
 
 #[repr(align(128))]
 struct Shard<T> {
-    /// The tagged address of the shard's [`Array`]; null before the first
+    /// The address of the first slot of the shard's [`Array`] (its count is in the header before it); null before the first
     /// row.
     array: AtomicPtr<Slot<T>>,
     writer: Mutex<Tally>,

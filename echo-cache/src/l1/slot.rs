@@ -185,7 +185,8 @@ impl<T> Slot<T> {
     pub(super) fn write(&self, value: *mut T, version: u64, expires_at: u64, mark: u8) {
         debug_assert!(is_row(value) || expires_at == 0);
         let stamp = self.stamp.load(Relaxed);
-        self.stamp.store(stamp & (MARK_BITS | SEQ_MASK) | 1, Relaxed);
+        self.stamp
+            .store(stamp & (MARK_BITS | SEQ_MASK) | 1, Relaxed);
         fence(Release);
         self.value.store(value, Relaxed);
         self.version.store(version, Relaxed);
