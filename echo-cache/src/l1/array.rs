@@ -53,6 +53,7 @@ impl<T> Array<T> {
     /// A new array of empty slots, `capacity` of them.
     pub(super) fn new(capacity: usize) -> Array<T> {
         let layout = Array::<T>::layout(capacity);
+        #[allow(clippy::cast_ptr_alignment)] // allocated with a slot's alignment
         // SAFETY: the layout is not zero-sized; all zeroes is empty slots.
         let header = unsafe { alloc::alloc_zeroed(layout) }.cast::<Slot<T>>();
         let Some(header) = NonNull::new(header) else {
