@@ -8,8 +8,9 @@
 //! - Open addressing, linear probing, rows inline: a slot holds the key, the
 //!   `Arc` pointer, the version and a stamp (the expiry, the row's mark
 //!   (below) and its write count), 32 bytes. A hit is a short chain of
-//!   dependent loads (shard → slot → the `Arc`'s count), which is what it
-//!   costs once the `Arc`'s atomic increment orders everything.
+//!   dependent loads (shard → the array's slot count → slot → the `Arc`'s
+//!   count), which is what it costs once the `Arc`'s atomic increment
+//!   orders everything.
 //! - Arrays hold `m · 2^e` slots (`m` from 16 to 31): sized to the rows a
 //!   shard holds, at most 6.25 % over, rather than to the next power of
 //!   two (up to 100 % over). A key's probe starts at its hash's low bits
