@@ -8,7 +8,7 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use crate::entity::id::Id;
@@ -48,30 +48,45 @@ impl<T> Future for Fetch<'_, T> {
     type Output = Result<Fetched<T>, Error>;
 
     /// Inlined into the caller: the hit, and a call to the miss path. A hit
-    /// changes nothing in the future.
+    /// changes nothing in the future, and neither the future's address
+    /// nor the context's leaves this function on a hit's way (the miss
+    /// path is handed the boxed future and the waker, not `self` or `cx`):
+    /// a future polled where it was made (`pin!`, then `poll`) can then
+    /// live in registers, not in memory written before each hit.
     #[allow(clippy::inline_always)] // a hit is a few loads; a call would double it
     #[inline(always)]
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        if self.miss.is_none()
-            && let Some(hit) = self.table.hit(self.id.payload())
-        {
-            return Poll::Ready(hit);
-        }
-        self.poll_miss(cx)
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        let miss = match &mut this.miss {
+            Some(miss) => miss,
+            none => {
+                if let Some(live) = this.table.hit_row(this.id.payload()) {
+                    return Poll::Ready(this.table.answer(this.id.payload(), live));
+                }
+                none.insert(start_miss(this.table, this.id.payload(), this.timeout))
+            }
+        };
+        poll_miss(miss.as_mut(), cx.waker())
     }
 }
 
-impl<T> Fetch<'_, T> {
-    /// Joins or starts the flight (on the first poll that missed), then
-    /// waits for it.
-    #[inline(never)]
-    fn poll_miss(&mut self, cx: &mut Context<'_>) -> Poll<Result<Fetched<T>, Error>> {
-        let (table, id, timeout) = (self.table, self.id, self.timeout);
-        self.miss
-            .get_or_insert_with(|| table.start_miss(id.payload(), timeout))
-            .as_mut()
-            .poll(cx)
-    }
+/// The miss path of `key` (on the first poll that missed): joins or starts
+/// its flight.
+#[cold]
+#[inline(never)]
+fn start_miss<T>(table: &Table<T>, key: u64, timeout: Option<Duration>) -> Miss<T> {
+    table.start_miss(key, timeout)
+}
+
+/// Polls the miss path: waits for the flight. With a context of `waker`
+/// alone: what a hit's caller gave besides its waker (the context's
+/// extensions, unstable) does not reach the flight.
+#[inline(never)]
+fn poll_miss<T>(
+    miss: Pin<&mut (dyn Future<Output = Result<Fetched<T>, Error>> + Send)>,
+    waker: &Waker,
+) -> Poll<Result<Fetched<T>, Error>> {
+    miss.poll(&mut Context::from_waker(waker))
 }
 
 impl<T: Cached> fmt::Debug for Fetch<'_, T> {

@@ -1,6 +1,6 @@
-//! A shard's array of slots: `m · 2^e` slots, aligned so that its size
-//! class rides in the pointer's low bits, probed linearly from a start the
-//! key's hash scales to the slot count.
+//! A shard's array of slots: `m · 2^e` slots after a header that holds
+//! their count, probed linearly from a start the key's hash scales to the
+//! slot count.
 
 use std::alloc::{self, Layout};
 use std::ptr::NonNull;
@@ -9,48 +9,29 @@ use super::{MIN_SLOTS, Slot};
 use crate::sync::Ordering::Relaxed;
 
 /// The slots of one shard, `capacity` of them, in one zeroed allocation
-/// aligned so that the low bits of its address carry the capacity's
-/// [`tag`]: one load of the shard's pointer gives a reader both.
+/// after a header of one slot's size whose last word is `capacity`: a
+/// shard's pointer is the first slot's address, and a reader that loaded
+/// it reads the count one word before it (written before the array was
+/// published, never changed).
 pub(super) struct Array<T> {
     pub(super) slots: NonNull<Slot<T>>,
-    /// The slot count's [`tag`].
-    pub(super) tag: usize,
+    capacity: usize,
 }
 
-/// Alignment of arrays: ten free low bits, for the [`tag`] of any
-/// capacity below `2^32` slots.
-pub(super) const ARRAY_ALIGN: usize = 1024;
-
-/// The slot count `m · 2^e` (`m` from 16 to 31) as `e << 5 | m`: a probe's
-/// [`start`] takes `m` with one mask of the shard's pointer.
-pub(super) fn tag(capacity: usize) -> usize {
-    let e = (usize::BITS - 5).saturating_sub(capacity.leading_zeros());
-    let m = capacity >> e;
-    debug_assert!((16..32).contains(&m) && m << e == capacity);
-    (e as usize) << 5 | m
-}
-
-/// Where the probe of `hash` starts in an array of the slot count `m ·
-/// 2^e` [`tag`]ged: the hash's low 31 bits scaled to the slot count, `h · m
-/// · 2^e / 2^31` computed as `h · m >> (31 - e)`, which a hit reaches in
-/// three operations from the shard's pointer.
+/// Where the probe of `hash` starts in an array of `capacity` slots: the
+/// hash's low 32 bits scaled to the slot count, `h · capacity / 2^32`
+/// (one multiply and one shift).
 #[inline]
-pub(super) fn start(hash: u64, tag: usize) -> usize {
-    let (m, e) = (tag & 31, tag >> 5);
-    // The slot count is below 2^32 (`capacity_for`), so `e` < 28 and the
-    // result is below it.
+pub(super) fn start(hash: u64, capacity: usize) -> usize {
+    // The slot count is below 2^32 (`capacity_for`): the product fits, and
+    // the result is below the count.
     #[allow(clippy::cast_possible_truncation)]
-    let start = (((hash & 0x7FFF_FFFF) * m as u64) >> (31 - e)) as usize;
+    let start = (((hash & 0xFFFF_FFFF) * capacity as u64) >> 32) as usize;
     start
 }
 
-/// The slot count of a [`tag`].
-#[inline]
-pub(super) fn untag(tag: usize) -> usize {
-    (tag & 31) << (tag >> 5)
-}
-
-/// The least slot count `m · 2^e` (`m` from 16 to 31) of at least `slots`.
+/// The least slot count `m · 2^e` (`m` from 16 to 31) of at least `slots`:
+/// at most 6.25 % over, where the next power of two may be 100 % over.
 pub(super) fn capacity_for(slots: usize) -> usize {
     let slots = slots.max(MIN_SLOTS);
     let e = usize::BITS - 5 - slots.leading_zeros();
@@ -64,37 +45,37 @@ pub(super) fn capacity_for(slots: usize) -> usize {
 }
 
 impl<T> Array<T> {
-    /// The layout of `capacity` slots.
+    /// The layout of `capacity` slots and the header before them.
     pub(super) fn layout(capacity: usize) -> Layout {
-        Layout::array::<Slot<T>>(capacity)
-            .and_then(|slots| slots.align_to(ARRAY_ALIGN))
-            .expect("an L1 array fits the address space")
+        Layout::array::<Slot<T>>(capacity + 1).expect("an L1 array fits the address space")
     }
 
     /// A new array of empty slots, `capacity` of them.
     pub(super) fn new(capacity: usize) -> Array<T> {
         let layout = Array::<T>::layout(capacity);
-        #[allow(clippy::cast_ptr_alignment)] // allocated with `ARRAY_ALIGN`
+        #[allow(clippy::cast_ptr_alignment)] // allocated with a slot's alignment
         // SAFETY: the layout is not zero-sized; all zeroes is empty slots.
-        let slots = unsafe { alloc::alloc_zeroed(layout) }.cast::<Slot<T>>();
-        let Some(slots) = NonNull::new(slots) else {
+        let header = unsafe { alloc::alloc_zeroed(layout) }.cast::<Slot<T>>();
+        let Some(header) = NonNull::new(header) else {
             alloc::handle_alloc_error(layout)
         };
-        let array = Array {
-            slots,
-            tag: tag(capacity),
-        };
+        // SAFETY: the slots follow the header, inside the allocation.
+        let slots = unsafe { header.add(1) };
+        // SAFETY: the header's last word, inside the allocation, aligned
+        // (a slot's alignment is a word's at least); nothing else sees it.
+        unsafe { slots.cast::<usize>().sub(1).write(capacity) };
         // A loom atomic is a handle into the model, not its value: make them.
         #[cfg(all(test, echo_cache_loom))]
         for i in 0..capacity {
             // SAFETY: inside the allocation, and nothing else sees it yet.
             unsafe { slots.as_ptr().add(i).write(Slot::vacant()) };
         }
-        array
+        Array { slots, capacity }
     }
 
+    /// The shard's pointer to the array: its first slot's address.
     pub(super) fn tagged(&self) -> *mut Slot<T> {
-        self.slots.as_ptr().map_addr(|address| address | self.tag)
+        self.slots.as_ptr()
     }
 
     /// The array a shard's pointer names, if any.
@@ -106,20 +87,22 @@ impl<T> Array<T> {
     /// shard's lock).
     #[inline]
     pub(super) unsafe fn from_tagged(tagged: *mut Slot<T>) -> Option<Array<T>> {
-        let tag = tagged.addr() & (ARRAY_ALIGN - 1);
-        let slots = NonNull::new(tagged.map_addr(|address| address & !(ARRAY_ALIGN - 1)))?;
-        Some(Array { slots, tag })
+        let slots = NonNull::new(tagged)?;
+        // SAFETY: the header's last word (`new`), written before the array
+        // was published and never since; the caller keeps it allocated.
+        let capacity = unsafe { slots.cast::<usize>().sub(1).read() };
+        Some(Array { slots, capacity })
     }
 
     #[inline]
     pub(super) fn capacity(&self) -> usize {
-        untag(self.tag)
+        self.capacity
     }
 
     /// Where the probe of `hash` starts ([`start`]).
     #[inline]
     pub(super) fn start(&self, hash: u64) -> usize {
-        start(hash, self.tag)
+        start(hash, self.capacity)
     }
 
     #[inline]
@@ -175,8 +158,9 @@ impl<T> Array<T> {
             unsafe { std::ptr::drop_in_place(slot) };
         }
         let layout = Array::<T>::layout(self.capacity());
-        // SAFETY: allocated in `new` with this layout.
-        unsafe { alloc::dealloc(self.slots.as_ptr().cast(), layout) };
+        // SAFETY: allocated in `new` with this layout, from the header on,
+        // which is the slot before the first.
+        unsafe { alloc::dealloc(self.slots.as_ptr().sub(1).cast(), layout) };
     }
 }
 

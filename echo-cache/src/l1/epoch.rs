@@ -117,9 +117,36 @@ pub(crate) struct Pin {
     _not_send: PhantomData<*const ()>,
 }
 
-/// Pins the calling thread.
+/// Pins the calling thread. A thread with a lease, where `membarrier(2)`
+/// does the heavy half, pins in its hit's line: one load of its lease, a
+/// store to its cell and a compiler fence, no test of which fence to use
+/// (its lease is there only if it is that one, [`lease::fast`]); every
+/// other pin (the thread's first, a fallback fence, a thread without a
+/// cell) takes [`pin_slow`].
 #[inline]
 pub(crate) fn pin() -> Pin {
+    match lease::fast() {
+        Some((index, cell)) => {
+            // Release: as in `pin_slow`.
+            cell.store(EPOCH.load(Ordering::Relaxed) << 1 | 1, Ordering::Release);
+            // The light half of the asymmetric fence (`barrier::light`),
+            // which the fast lease implies.
+            compiler_fence(Ordering::SeqCst);
+            Pin {
+                cell: Some(cell),
+                index,
+                _not_send: PhantomData,
+            }
+        }
+        None => pin_slow(),
+    }
+}
+
+/// [`pin`] out of the hit's line: leases the thread's cell on its first
+/// pin, and fences as [`barrier::light`] says.
+#[cold]
+#[inline(never)]
+fn pin_slow() -> Pin {
     if let Some((index, cell)) = lease::current() {
         // Release: a reclaimer that reads this pin in place of the unpin
         // before it still orders this thread's earlier reads (module docs).
@@ -354,6 +381,10 @@ mod lease {
 
     thread_locals! {
         static LEASE: Cell<Leased> = const { Cell::new(None) };
+        /// The lease again, if the light half of the fence is a compiler
+        /// fence ([`barrier::asymmetric`](super::barrier::asymmetric)):
+        /// what [`fast`] reads. Set with `LEASE`, cleared with it.
+        static FAST: Cell<Leased> = const { Cell::new(None) };
         static RETURNED: Cell<bool> = const { Cell::new(false) };
         static GUARD: Guard = const { Guard };
     }
@@ -367,14 +398,21 @@ mod lease {
             // loom destroys all of a thread's at once; the lease of a
             // model's thread is then not reused, which is harmless.
             let _ = RETURNED.try_with(|r| r.set(true));
+            let _ = FAST.try_with(|f| f.set(None));
             if let Ok(Some((index, _))) = LEASE.try_with(|l| l.replace(None)) {
                 super::registry().free.push(index);
             }
         }
     }
 
-    /// This thread's lease; `None` while the thread is exiting.
+    /// This thread's lease if it has one and the light half of the fence
+    /// is a compiler fence; else `None` (then see [`current`]).
     #[inline]
+    pub(super) fn fast() -> Leased {
+        FAST.with(Cell::get)
+    }
+
+    /// This thread's lease; `None` while the thread is exiting.
     pub(super) fn current() -> Leased {
         match LEASE.with(Cell::get) {
             Some(leased) => Some(leased),
@@ -399,6 +437,9 @@ mod lease {
             (registry.cells.len() - 1, &**cell)
         };
         LEASE.with(|l| l.set(Some(leased)));
+        if super::barrier::asymmetric() {
+            FAST.with(|f| f.set(Some(leased)));
+        }
         Some(leased)
     }
 }
@@ -421,6 +462,13 @@ mod barrier {
         } else {
             fence(Ordering::SeqCst);
         }
+    }
+
+    /// Whether the light half is a compiler fence (`membarrier(2)` does
+    /// the heavy one). Decided by [`detect`], before any thread leases a
+    /// cell, and never changed.
+    pub(super) fn asymmetric() -> bool {
+        ASYMMETRIC.load(Ordering::Relaxed)
     }
 
     /// Before a reclaimer reads the readers' cells.

@@ -8,12 +8,14 @@
 //! - Open addressing, linear probing, rows inline: a slot holds the key, the
 //!   `Arc` pointer, the version and a stamp (the expiry, the row's mark
 //!   (below) and its write count), 32 bytes. A hit is a short chain of
-//!   dependent loads (shard → slot → the `Arc`'s count), which is what it
-//!   costs once the `Arc`'s atomic increment orders everything.
+//!   dependent loads (shard → the array's slot count → slot → the `Arc`'s
+//!   count), which is what it costs once the `Arc`'s atomic increment
+//!   orders everything.
 //! - Arrays hold `m · 2^e` slots (`m` from 16 to 31): sized to the rows a
 //!   shard holds, at most 6.25 % over, rather than to the next power of
 //!   two (up to 100 % over). A key's probe starts at its hash's low bits
-//!   scaled to the slot count (a multiply, not a mask).
+//!   scaled to the slot count (a multiply, not a mask), which a header
+//!   before the slots holds.
 //! - One hash of the key under the table's random seed gives both its
 //!   shard (the top bits, [`shard_of`]) and its probe's start (the low
 //!   bits).
@@ -26,7 +28,9 @@
 //!   never sees the slot change owner. Arrays are rebuilt, not rehashed in
 //!   place, when they fill with rows or tombstones.
 //! - A row is written under a per-slot sequence count (a seqlock); a reader
-//!   that catches a row mid-write treats it as a miss rather than wait.
+//!   that catches a row mid-write treats it as a miss rather than wait. A
+//!   write under way, and a slot without a row (a tombstone), show no
+//!   expiry (0): a hit's test of the expiry is also its test of those.
 //! - Values and arrays a writer unlinks are freed once no reader can still
 //!   hold them ([`crate::epoch`]); a reader's protection is a store to its
 //!   own thread's cell, no atomic read-modify-write.
@@ -161,7 +165,7 @@ fn random_hasher() -> Hasher {
 /// sixteenth of the table.
 const SHARD_BITS: u32 = 4;
 const SHARDS: usize = 1 << SHARD_BITS;
-/// Slots of a shard's first array (the least `m · 2^e`, see [`array::tag`]).
+/// Slots of a shard's first array (the least `m · 2^e`, see [`capacity_for`]).
 const MIN_SLOTS: usize = 16;
 
 // What a slot's value pointer holds besides an `Arc`'s (whose pointers are
@@ -187,7 +191,7 @@ struct Tally {
 
 #[repr(align(128))]
 struct Shard<T> {
-    /// The tagged address of the shard's [`Array`]; null before the first
+    /// The address of the first slot of the shard's [`Array`] (its count is in the header before it); null before the first
     /// row.
     array: AtomicPtr<Slot<T>>,
     writer: Mutex<Tally>,
@@ -370,20 +374,26 @@ impl<T> Rows<T> {
         let version = slot.version.load(Relaxed);
         fence(Acquire);
         // A mark written meanwhile changes no field of the row.
-        let rewritten = !same_write(slot.stamp.load(Relaxed), stamp);
-        if stamp & 1 == 1 || rewritten || !is_row(value) {
+        if !same_write(slot.stamp.load(Relaxed), stamp) {
             return None;
         }
+        // No test of a write under way or of a tombstone: the stamp of
+        // either has no expiry (0, see `Slot::write`), which neither test
+        // of the expiry below passes, so a slot that passes one holds a
+        // row, written whole before `stamp` was.
         let expires = stamp >> SEQ_BITS;
         if expires > unwatched_after {
-            // SAFETY: `value` is a row's (`is_row`), and the pin keeps its
-            // `Arc` alive even if a writer has since replaced it.
+            debug_assert!(stamp & 1 == 0 && is_row(value));
+            // SAFETY: `value` is a row's (its stamp has an expiry, above),
+            // and the pin keeps its `Arc` alive even if a writer has since
+            // replaced it.
             let value = unsafe { share(value) };
             return Some(Live { value, version });
         }
         if expires <= now {
             return None;
         }
+        debug_assert!(stamp & 1 == 0 && is_row(value));
         let left = expires - now;
         let live = Live {
             // SAFETY: as above.

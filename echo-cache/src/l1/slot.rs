@@ -178,10 +178,15 @@ impl<T> Slot<T> {
 
     /// Writes a row (or a tombstone) into a claimed slot, with its `mark`.
     /// The shard's writer only. A hit marking the old row meanwhile is
-    /// overwritten; once the stamp is odd, no hit marks.
+    /// overwritten; once the stamp is odd, no hit marks. While the write
+    /// is under way the stamp shows no expiry (0), as a tombstone's: a
+    /// hit's test of the expiry fails on both (see `Rows::get`). A
+    /// tombstone is written with an expiry of 0 (its callers pass it).
     pub(super) fn write(&self, value: *mut T, version: u64, expires_at: u64, mark: u8) {
+        debug_assert!(is_row(value) || expires_at == 0);
         let stamp = self.stamp.load(Relaxed);
-        self.stamp.store(stamp | 1, Relaxed);
+        self.stamp
+            .store(stamp & (MARK_BITS | SEQ_MASK) | 1, Relaxed);
         fence(Release);
         self.value.store(value, Relaxed);
         self.version.store(version, Relaxed);

@@ -63,7 +63,11 @@ pub enum Source {
 /// ```
 pub struct Fetched<T> {
     value: Arc<T>,
-    source: Source,
+    /// The [`Source`], a whole word: a `Fetched` has no padding, so a
+    /// hit's answer moves as three words, not as words and bytes (its
+    /// `Result`'s error would otherwise own the bytes after a one-byte
+    /// field, which every move then copies).
+    source: usize,
     /// The payload of the version; its kind is `T`'s.
     version: u64,
 }
@@ -73,7 +77,7 @@ impl<T> Fetched<T> {
     pub(crate) fn new(value: Arc<T>, source: Source, version: u64) -> Fetched<T> {
         Fetched {
             value,
-            source,
+            source: source as usize,
             version,
         }
     }
@@ -93,7 +97,15 @@ impl<T> Fetched<T> {
     /// Where the value came from.
     #[must_use]
     pub fn source(&self) -> Source {
-        self.source
+        const HIT: usize = Source::Hit as usize;
+        const L2: usize = Source::L2 as usize;
+        const FILL: usize = Source::Fill as usize;
+        match self.source {
+            HIT => Source::Hit,
+            L2 => Source::L2,
+            FILL => Source::Fill,
+            _ => Source::Stale,
+        }
     }
 }
 
@@ -130,7 +142,7 @@ impl<T: Cached + fmt::Debug> fmt::Debug for Fetched<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Fetched")
             .field("value", &self.value)
-            .field("source", &self.source)
+            .field("source", &self.source())
             .field("version", &self.version())
             .finish()
     }

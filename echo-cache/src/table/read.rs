@@ -32,22 +32,43 @@ impl<T> Table<T> {
     #[allow(clippy::inline_always)] // the hot path: see `Fetch::poll`
     #[inline(always)]
     pub(crate) fn hit(&self, key: u64) -> Option<Result<Fetched<T>, Error>> {
+        let live = self.hit_row(key)?;
+        Some(self.answer(key, live))
+    }
+
+    /// Step 1 for [`Fetch`](crate::cache::fetch::Fetch)'s poll: the live L1
+    /// row, counted as a hit, which the poll answers itself (the answer
+    /// is then made where the future's output goes, not in an `Option`
+    /// first and moved).
+    #[allow(clippy::inline_always)] // the hot path: see `Fetch::poll`
+    #[inline(always)]
+    pub(crate) fn hit_row(&self, key: u64) -> Option<Live<T>> {
         let pin = epoch::pin();
         let now = self.clock.now_ms();
         let live = self.rows.get(&pin, key, now, |version| {
             (self.start_refresh)(self, key, version);
         })?;
         self.hits.incr(pin.index());
-        Some(self.answer(key, live))
+        Some(live)
     }
 
     /// The answer of a live L1 row: its value, or the remembered absence.
-    #[inline]
-    pub(super) fn answer(&self, key: u64, live: Live<T>) -> Result<Fetched<T>, Error> {
+    #[allow(clippy::inline_always)] // the hot path: see `Fetch::poll`
+    #[inline(always)]
+    pub(crate) fn answer(&self, key: u64, live: Live<T>) -> Result<Fetched<T>, Error> {
         match live.value {
             Some(value) => Ok(Fetched::new(value, Source::Hit, live.version)),
-            None => Err(self.not_found(key)),
+            None => Err(self.absent(key)),
         }
+    }
+
+    /// The answer of a row remembering an absence: out of the hit's line,
+    /// so that a hit's answer is its value's fields alone (not merged
+    /// with an error's).
+    #[cold]
+    #[inline(never)]
+    fn absent(&self, key: u64) -> Error {
+        self.not_found(key)
     }
 }
 

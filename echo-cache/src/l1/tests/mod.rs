@@ -2,7 +2,7 @@
 //! readers against writers under Miri and loom.
 
 use super::*;
-use crate::l1::array::{ARRAY_ALIGN, start, tag, untag};
+use crate::l1::array::start;
 use crate::l1::epoch;
 use crate::l1::expiry::expiry;
 use crate::l1::slot::MAX_EXPIRY;
