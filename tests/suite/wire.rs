@@ -177,7 +177,10 @@ async fn a_python_writer_is_read_and_obeyed<T: Wired>() {
     };
     assert_eq!(put, &format!("put {written}"));
     assert_eq!(invalidate, &format!("invalidate {dropped}"));
-    assert_eq!((put_at.reply.as_str(), invalidated_at.reply.as_str()), ("1", "1"));
+    assert_eq!(
+        (put_at.reply.as_str(), invalidated_at.reply.as_str()),
+        ("1", "1")
+    );
     assert!(invalidated_at.version.is_newer_than(&held.version()));
 
     // The Python frame: an L2 hit on each node, not a load.

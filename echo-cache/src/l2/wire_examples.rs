@@ -1,6 +1,8 @@
 //! The worked examples of `docs/wire.md`, pinned: each byte string the
 //! specification shows is the one the code produces here.
 
+use std::fmt::Write as _;
+
 use crate::coherence::message;
 use crate::entity::id::RawId;
 use crate::entity::kind::Kind;
@@ -9,7 +11,10 @@ use crate::entity::mint::{EPOCH_MS, Minter};
 use super::frame::{self, Frame};
 
 fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    bytes.iter().fold(String::new(), |mut out, b| {
+        let _ = write!(out, "{b:02x}");
+        out
+    })
 }
 
 /// The payload minted at `unix_ms` by `node`, `seq`-th in its millisecond.
@@ -62,5 +67,8 @@ fn the_worked_examples_of_the_wire_specification() {
     assert_eq!(&row, b"WIR0IoNiEI1FSa:WIR0IoNiEIRXlK");
     let flush = message::encode_flush(&version);
     assert_eq!(&flush, b"WIR***********:WIR0IoNiEIRXlK");
-    assert_eq!(crate::keyspace::slot(b"ecc:{wire_rows}:WIR0IoNiEI1FSa"), 492);
+    assert_eq!(
+        crate::keyspace::slot(b"ecc:{wire_rows}:WIR0IoNiEI1FSa"),
+        492
+    );
 }
