@@ -3,7 +3,7 @@
 //! another while two echo-cache nodes read, in each coherence mode that
 //! carries invalidations (`broadcast`, `durable`, `tracking`). The nodes
 //! must read the Python frame as an L2 hit and drop the Python-invalidated
-//! row.
+//! row; and a Python flush of the table must empty every node's L1.
 //!
 //! The writer runs under `python3` (or `ECHO_CACHE_TEST_PYTHON`); a missing
 //! interpreter or redis-py fails the test, it is never skipped
@@ -206,6 +206,53 @@ async fn a_python_writer_is_read_and_obeyed<T: Wired>() {
         assert!(fresh.n() > held.n(), "loaded afresh, not the old row");
         assert!(fresh.version().is_newer_than(&invalidated_at.version));
     }
+}
+
+/// Python flushes the table: every node drops every row it holds.
+async fn a_python_flush_empties_every_node<T: Wired>() {
+    let server = RedisServer::start();
+    let loads = Arc::new(AtomicU32::new(0));
+    let table = T::spec().name();
+    let (a, b) = (
+        node::<T>(&server, &format!("{table}-fa"), &loads),
+        node::<T>(&server, &format!("{table}-fb"), &loads),
+    );
+    serving::<T>(&a).await;
+    serving::<T>(&b).await;
+    let ids = [Id::<T>::mint(), Id::<T>::mint()];
+    for id in ids {
+        for cache in [&a, &b] {
+            cache.fetch(id).await.unwrap();
+            assert_eq!(cache.fetch(id).await.unwrap().source(), Source::Hit);
+        }
+    }
+
+    let writes = python_writer::<T>(&server, &["--flush".into()]);
+    assert_eq!(writes.len(), 1);
+    assert_eq!(writes[0].0, "flush *");
+    for id in ids {
+        for cache in [&a, &b] {
+            eventually("the Python flush drops the row", async || {
+                cache.fetch(id).await.unwrap().source() != Source::Hit
+            })
+            .await;
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_python_flush_on_a_broadcast_table() {
+    a_python_flush_empties_every_node::<WiredBroadcast>().await;
+}
+
+#[tokio::test]
+async fn a_python_flush_on_a_durable_table() {
+    a_python_flush_empties_every_node::<WiredDurable>().await;
+}
+
+#[tokio::test]
+async fn a_python_flush_on_a_tracking_table() {
+    a_python_flush_empties_every_node::<WiredTracking>().await;
 }
 
 #[tokio::test]

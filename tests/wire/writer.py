@@ -5,8 +5,9 @@ echo-cache table following docs/wire.md alone, with redis-py.
     writer.py --url redis://127.0.0.1:6379 --table wire_rows --kind WIR \
         --coherence broadcast --put WIR0IoNiEI1FSa 300 py --invalidate WIR0IoNiEI1FSb
 
-Prints one line per write: `put <id> <version> <script reply>` or
-`invalidate <id> <version> <script reply>`. Exits 3 if redis-py is missing.
+Prints one line per write: `put <id> <version> <script reply>`,
+`invalidate <id> <version> <script reply>`, or `flush * <version> -`
+(with --flush). Exits 3 if redis-py is missing.
 The section numbers in the comments are docs/wire.md's.
 """
 
@@ -183,6 +184,20 @@ class Table:
         self.announce(id_, version)
         return version, written
 
+    def flush(self, minter):
+        """5, 6. Every node drops its L1 of the table (L2 is left as is)."""
+        version = minter.mint(self.kind)
+        if self.coherence == "tracking":
+            self.r.set(self.prefix + "*", version.encode("ascii"), px=1_000)
+        else:
+            message = f"{self.kind}{'*' * 11}:{version}".encode("ascii")
+            assert len(message) == 29
+            if self.coherence == "broadcast":
+                self.r.publish(self.tagged + "coh", message)
+            elif self.coherence == "durable":
+                self.r.xadd(self.tagged + "log", {"m": message}, maxlen=100_000, approximate=True)
+        return version
+
     def invalidate(self, minter, id_):
         version = minter.mint(self.kind)
         tombstone = version.encode("ascii")
@@ -203,6 +218,7 @@ def main():
     p.add_argument("--tombstone-ttl-ms", type=int, default=60_000)
     p.add_argument("--put", nargs=3, action="append", default=[], metavar=("ID", "N", "NAME"))
     p.add_argument("--invalidate", action="append", default=[], metavar="ID")
+    p.add_argument("--flush", action="store_true", help="flush the table's L1 on every node")
     args = p.parse_args()
 
     r = redis.Redis.from_url(args.url)
@@ -217,6 +233,9 @@ def main():
         for id_ in args.invalidate:
             version, written = table.invalidate(minter, id_)
             print(f"invalidate {id_} {version} {written}", flush=True)
+        if args.flush:
+            version = table.flush(minter)
+            print(f"flush * {version} -", flush=True)
     finally:
         minter.release()
 
