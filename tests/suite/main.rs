@@ -44,4 +44,5 @@ mod stale;
 mod tracing;
 mod user_code;
 mod versions;
+mod wire;
 mod writes;

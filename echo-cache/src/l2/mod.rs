@@ -15,6 +15,8 @@ mod frame;
 mod script;
 mod shape;
 mod tier;
+#[cfg(test)]
+mod wire_examples;
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Instant;
