@@ -202,6 +202,24 @@ fn belady(trace: &[u64], next: &[usize], capacity: usize) -> f64 {
     ratio(hits, trace.len())
 }
 
+/// A fresh cache with a loader for each table (every declared table
+/// needs one), each finding every key.
+fn cache() -> Cache {
+    Cache::builder()
+        .clock(Clock::manual())
+        .loader(|id: Id<Entry1k>| async move {
+            Ok::<_, Infallible>(Some(Entry1k { key: id.payload() }))
+        })
+        .loader(|id: Id<Entry10k>| async move {
+            Ok::<_, Infallible>(Some(Entry10k { key: id.payload() }))
+        })
+        .loader(|id: Id<Entry100k>| async move {
+            Ok::<_, Infallible>(Some(Entry100k { key: id.payload() }))
+        })
+        .build()
+        .expect("the cache builds")
+}
+
 /// Reads `trace` through a fresh echo-cache's table of `E`; its hit ratio,
 /// evictions and values served without being kept.
 macro_rules! echo {
@@ -212,13 +230,7 @@ macro_rules! echo {
             .build()
             .expect("a runtime");
         runtime.block_on(async {
-            let cache = Cache::builder()
-                .clock(Clock::manual())
-                .loader(|id: Id<$entry>| async move {
-                    Ok::<_, Infallible>(Some($entry { key: id.payload() }))
-                })
-                .build()
-                .expect("the cache builds");
+            let cache = cache();
             let mut hits = 0_usize;
             for &key in trace {
                 let fetched = cache
