@@ -35,40 +35,50 @@ const _: () = assert!(MOST_IDLE + 1 < REFRESHING);
 /// +0.06, +0.22 (with the floor of 2); every 2 passes, with
 /// [`DECAYED_FLOOR`] 3: -0.02, +0.13, -0.47, -2.36, +1.84.
 const PASSES_PER_HALVING: u8 = 2;
-/// How often a new id must have been asked for to take the place of a row
-/// whose rank decayed: a one-off whose counters collide (a scan) must not
-/// evict a row that was hot.
+/// How often an id must have been asked for to take a ranked row's place
+/// ([`admits`]): a one-off whose counters collide (a scan) must not evict
+/// a row that was hot.
 const DECAYED_FLOOR: u8 = 3;
-/// The most rows on probation, in tenths of a shard's share. Measured with
-/// `benches/hit_ratio.rs` as above, with [`GROWTH`] 64: none -0.00, +0.12,
-/// -0.48, -2.34, +1.10; up to 1 tenth +0.12, +0.17, -0.43, -0.36, +1.11;
-/// 2 tenths +0.11, +0.17, -0.43, +0.60 to +0.87 (from run to run), +1.10;
-/// 3: +0.09, +0.17, -0.42, +1.31, +1.10; 4: +0.10, +0.16, -0.42, +1.54,
-/// +1.10. A fixed tenth of the share, not adapted: -0.81, -0.45, -0.62,
-/// -0.72, +1.05 (one-offs hold a tenth of the table for good). Each row of
-/// it costs 8 bytes (its id, in the queue, reserved when the table fills):
-/// 2 tenths keep a table of a million rows within 16 bytes a row of
-/// `quick_cache`'s (`benches/memory.rs`). All with a floor of 2 against
-/// undecayed ranks ([`admits`]); with 3 (since kept): +0.03 to +0.06,
-/// +0.12, -0.17, +0.48 to +0.74, +1.10 (and with it, decaying every 3
-/// passes +0.20, +0.22, -0.14, +0.35; a decayed floor of 4 +0.52, +0.28,
-/// -0.10, -0.05).
-const PROBATION_TENTHS: usize = 2;
-/// Eighths of a row probation grows by for each row that leaves it read
-/// (it shrinks by one eighth for each that leaves unread): it grows while
-/// more than one in 64 new rows proves hot, as when the hot set moves, and
-/// shrinks to one row while nearly every new id is a one-off (a scan, the
-/// tail of a steady load). Measured as above: 48 +0.13, +0.16, -0.40,
-/// +0.23, +1.10 (and with a wider sketch, 16 or 32 left the shifting
-/// load's probation short: -2.95 and -2.15 points there); 80 +0.11, +0.07,
-/// -0.41, +0.95, +1.10; 96 grows it on a steady Zipf load too: -0.16,
-/// +0.06, -0.43, +0.89, +1.10. A probation that keeps at least 4 rows,
-/// not 1, loses on scan + zipf: -0.31 (16 rows: -0.67).
+/// The most rows on probation, in tenths of a shard's share: all of them.
+/// Measured with `benches/hit_ratio.rs` (issue 27's six families at 1k,
+/// 10k and 100k rows, points against the best of moka, `quick_cache` and
+/// ten libCacheSim algorithms): the former cap of 2 tenths (with no
+/// probation below 64 rows a shard) left a recency-biased load -6.7, -1.8
+/// and -0.5 points short and a hot set moving wholesale -2.1, -7.0 and
+/// -10.0; the whole share +0.4, +0.4, -0.1 and -1.8, -3.6, -1.7, the
+/// frequency loads as before (with [`GROWTH`] and [`SHRINK`] scaled to
+/// the share). A tenth of the share each: recency -2.1, -1.0, -0.9;
+/// half: moving -2.1, -4.5, -0.7 but loops -20 (fixed, not adapted).
+/// Each row on it costs 8 bytes (its id, in the queue), only while the
+/// probation is that long: the queue grows as it does, never past the
+/// share (a frequency load keeps it near one row).
+const PROBATION_TENTHS: usize = 10;
+/// Eighths of a row probation grows by for each row that leaves it read,
+/// in a shard whose share is [`REFERENCE_SHARE`] rows (in proportion to
+/// the share elsewhere, at least one eighth): it grows while more new rows
+/// prove hot than [`SHRINK`] offsets, as when the hot set moves or
+/// recency rules, and shrinks to one row while nearly every new id is a
+/// one-off (a scan, the tail of a steady load). Measured at 10k rows with
+/// a probation of at most 2 tenths: 48 +0.13, +0.16, -0.40, +0.23, +1.10
+/// (zipf 0.8, zipf 0.99, scan + zipf, shifting, loop; 16 or 32 left the
+/// shifting load's probation short: -2.95 and -2.15 points there); 80
+/// +0.11, +0.07, -0.41, +0.95, +1.10; 96 grows it on a steady Zipf load
+/// too: -0.16, +0.06, -0.43, +0.89, +1.10. With the whole share and 64
+/// eighths at every size, not in proportion: 1k rows lost 4.1, 2.4, 3.8
+/// points on zipf 0.8, zipf 0.99 and scan + zipf (8 rows at once in a
+/// shard of 63), 16 eighths left the moving load -10.8 and -13.5 at 10k
+/// and 100k.
 const GROWTH: usize = 64;
-/// The least share of a shard that keeps rows on probation: its one row
-/// at least is then a small part of the shard (a table of 100 rows, 7 a
-/// shard, would give up a seventh of them to one-offs).
-const PROBATION_SHARE: usize = 64;
+/// The share [`GROWTH`] was measured at: a table of 10k rows.
+const REFERENCE_SHARE: usize = 625;
+/// Eighths of a row probation shrinks by for each row that leaves it
+/// unread, in a shard whose share is [`REFERENCE_SHARE`] rows; by the
+/// square root of the share's ratio to it elsewhere (at least one eighth).
+/// Measured at 100k rows (share 6,250): one eighth (growth 640 times the
+/// shrink) zipf 0.8 -0.78, zipf 0.99 -0.60, moving -1.05; ten (in
+/// proportion, as the growth) -0.58, -0.58, -1.47; three (the square
+/// root) -0.31, -0.55, -1.66.
+const SHRINK: usize = 1;
 
 /// The hand's passes over a row since it was last read.
 fn idle(mark: u8) -> u8 {
@@ -109,26 +119,23 @@ fn rank(estimate: u8, mark: u8) -> u8 {
         .unwrap_or(0)
 }
 
-/// Whether a new id asked for `estimate` times lately takes the place of
-/// `victim` (ranked by [`rank`]): only twice asked-for ids (a one-off, say
-/// a scan, never evicts a ranked row), three times against a decayed rank
-/// or where new ids go on probation (`probation`: an id had its chance
-/// there on its first ask, and a one-off whose counters collide must not
-/// take a ranked place on its second), and only more often than the
-/// victim plus one (two rows asked for alike do not trade places).
+/// Whether an id asked for `estimate` times lately takes the place of
+/// `victim` (ranked by [`rank`]): only ids asked for three times (every
+/// new id has its chance on probation on its first ask, and a one-off
+/// whose counters collide, say a scan, must not take a ranked place on
+/// its second), and only more often than the victim plus one (two rows
+/// asked for alike do not trade places). Asked of a new id asked for
+/// before while probation is at its one row, and of a row that leaves
+/// probation unread.
 ///
-/// That margin, measured with `benches/hit_ratio.rs` as [`PROBATION_TENTHS`]
-/// (today: +0.07, +0.12, -0.18, +0.40 to +0.73, +0.22 to +2.36): 0 gives
-/// -0.23 on scan + zipf; 2 gives +0.39, +0.30, -0.11, -0.28, +1.65 (a
-/// moving hot set waits longer); 2 against undecayed victims only, scan +
-/// zipf -0.12, shifting +0.03, loop +0.35; 3, scan + zipf -0.40.
-fn admits(estimate: u8, victim: &Victim, probation: bool) -> bool {
-    let floor = if victim.decayed || probation {
-        DECAYED_FLOOR
-    } else {
-        2
-    };
-    estimate >= floor && estimate > victim.estimate.saturating_add(1)
+/// That margin, measured with `benches/hit_ratio.rs` at 10k rows (zipf
+/// 0.8, zipf 0.99, scan + zipf, shifting, loop; today: +0.07, +0.12,
+/// -0.18, +0.40 to +0.73, +0.22 to +2.36): 0 gives -0.23 on scan + zipf;
+/// 2 gives +0.39, +0.30, -0.11, -0.28, +1.65 (a moving hot set waits
+/// longer); 2 against undecayed victims only, scan + zipf -0.12, shifting
+/// +0.03, loop +0.35; 3, scan + zipf -0.40.
+fn admits(estimate: u8, victim: &Victim) -> bool {
+    estimate >= DECAYED_FLOOR && estimate > victim.estimate.saturating_add(1)
 }
 
 /// A row the clock hand gives up.
@@ -138,8 +145,6 @@ struct Victim {
     /// evictions.
     dead: bool,
     estimate: u8,
-    /// Whether `estimate` was lowered for passes of the hand unread.
-    decayed: bool,
 }
 
 impl Victim {
@@ -154,12 +159,11 @@ impl Victim {
             index,
             dead,
             estimate: 0,
-            decayed: false,
         }
     }
 }
 
-/// A shard's new rows on probation: ids asked for once lately, kept
+/// A shard's new rows on probation (the admission window): new ids, kept
 /// without the admission test, the oldest first, and how many it holds at
 /// most.
 pub(super) struct Probation {
@@ -176,12 +180,25 @@ impl Probation {
         (1 + self.eighths / 8).min(most)
     }
 
-    fn grow(&mut self, most: usize) {
-        self.eighths = (self.eighths + GROWTH).min(most.saturating_sub(1) * 8);
+    /// A row left it read: it grows by [`GROWTH`] for a `share` of
+    /// [`REFERENCE_SHARE`] rows, in proportion elsewhere.
+    fn grow(&mut self, most: usize, share: usize) {
+        let growth = (GROWTH * share / REFERENCE_SHARE).max(1);
+        self.eighths = (self.eighths + growth).min(most.saturating_sub(1) * 8);
     }
 
-    fn shrink(&mut self) {
-        self.eighths = self.eighths.saturating_sub(1);
+    /// A row left it unread: it shrinks by [`SHRINK`] for a `share` of
+    /// [`REFERENCE_SHARE`] rows, by the square root of the ratio elsewhere.
+    fn shrink(&mut self, share: usize) {
+        let ratio = (share / REFERENCE_SHARE).max(1);
+        self.eighths = self.eighths.saturating_sub(SHRINK * ratio.isqrt());
+    }
+
+    /// Whether it grew past its one row: new rows have proved hot lately,
+    /// so an id asked for before goes on probation too, not to the
+    /// admission test.
+    fn grown(&self) -> bool {
+        self.eighths >= 8
     }
 }
 
@@ -235,12 +252,13 @@ impl<T> Rows<T> {
         let Some(array) = array.filter(|_| tally.rows > 0) else {
             return Room::Elsewhere(estimate);
         };
-        if estimate < 2 && self.probation_most() > 0 {
+        let grown = tally.probation.as_ref().is_some_and(|p| p.grown());
+        if estimate < 2 || grown {
             self.make_probation_room(array, tally, key, now);
             return Room::Made;
         }
         let victim = self.victim(array, tally, now);
-        if !victim.dead && !admits(estimate, &victim, self.probation_most() > 0) {
+        if !victim.dead && !admits(estimate, &victim) {
             // A shard short of its share (hashing spread a small table's
             // rows unevenly) may hold only hot rows while others hold cold
             // ones: look there too.
@@ -280,7 +298,7 @@ impl<T> Rows<T> {
                     tally.sketch = Some(Sketch::new(self.share));
                 }
                 let victim = self.victim(&array, &mut tally, now);
-                if !victim.dead && !admits(estimate, &victim, self.probation_most() > 0) {
+                if !victim.dead && !admits(estimate, &victim) {
                     return false;
                 }
                 self.evict(&array, &mut tally, &victim);
@@ -333,12 +351,10 @@ impl<T> Rows<T> {
         let (first, mark) = first;
         let estimate = |index: usize, mark: u8| {
             let raw = sketch.estimate(self.hasher.hash_one(slots[index].key.load(Relaxed)));
-            let ranked = rank(raw, mark);
             Victim {
                 index,
                 dead: false,
-                estimate: ranked,
-                decayed: ranked < raw,
+                estimate: rank(raw, mark),
             }
         };
         let mut victim = estimate(first, mark);
@@ -365,21 +381,19 @@ impl<T> Rows<T> {
         victim
     }
 
-    /// The most rows a shard keeps on probation: none if its share is
-    /// below [`PROBATION_SHARE`].
+    /// The most rows a shard keeps on probation (see [`PROBATION_TENTHS`]).
     fn probation_most(&self) -> usize {
-        if self.share < PROBATION_SHARE {
-            return 0;
-        }
-        self.share * PROBATION_TENTHS / 10
+        (self.share * PROBATION_TENTHS / 10).max(1)
     }
 
     /// Puts `key`'s new row on probation (the shard's sketch made), making
     /// room for it: the oldest rows leave probation (as many as it is over
-    /// its length), each kept if it was asked for again (read while on
-    /// probation, or missed again after the clock took it), and the first
-    /// that leaves unread gives up its place. If none does, probation
-    /// grows: the clock's victim gives up its place, whatever its rank.
+    /// its length). One read while on probation stays, a ranked row (and
+    /// probation grows); the first that leaves unread gives up its place,
+    /// unless it was asked for before and [`admits`] it against the
+    /// clock's victim, which then goes (either way probation shrinks). If
+    /// every row left read, the clock's victim gives up its place, whatever
+    /// its rank.
     fn make_probation_room(&self, array: &Array<T>, tally: &mut Tally, key: u64, now: u64) {
         let slots = array.slots();
         let most = self.probation_most();
@@ -387,7 +401,7 @@ impl<T> Rows<T> {
         // length, once, not rounded up.
         let mut probation = tally.probation.take().unwrap_or_else(|| {
             Box::new(Probation {
-                ids: VecDeque::with_capacity(most),
+                ids: VecDeque::new(),
                 eighths: 0,
             })
         });
@@ -404,25 +418,42 @@ impl<T> Rows<T> {
             }
             let sketch = tally.sketch.as_mut().expect("a full shard has a sketch");
             // A read counts as the hand counts it, in the sketch.
-            if recount(&slots[i].stamp, |mark| if mark == READ { 0 } else { mark }) == READ {
+            let read =
+                recount(&slots[i].stamp, |mark| if mark == READ { 0 } else { mark }) == READ;
+            if read {
                 sketch.add(hash);
             }
+            let estimate = sketch.estimate(hash);
             let dead = now >= slots[i].expires_at();
-            if !dead && sketch.estimate(hash) >= 2 {
-                probation.grow(most);
-            } else {
-                probation.shrink();
-                if !made {
-                    self.evict(array, tally, &Victim::unranked(i, dead));
-                    made = true;
-                }
+            if !dead && read {
+                probation.grow(most, self.share);
+                continue;
+            }
+            probation.shrink(self.share);
+            if made {
                 // Others left unread are rows like any: the clock's first
                 // victims, at their rank.
+                continue;
             }
+            made = true;
+            if !dead && estimate >= 2 {
+                let victim = self.victim(array, tally, now);
+                if victim.dead || admits(estimate, &victim) {
+                    self.evict(array, tally, &victim);
+                    continue;
+                }
+            }
+            self.evict(array, tally, &Victim::unranked(i, dead));
         }
         if !made {
             let victim = self.victim(array, tally, now);
             self.evict(array, tally, &victim);
+        }
+        if probation.ids.len() == probation.ids.capacity() {
+            // Twice as long, as a `VecDeque` grows, but never longer than
+            // probation can be.
+            let more = probation.ids.len().min(most - probation.ids.len()).max(1);
+            probation.ids.reserve_exact(more);
         }
         probation.ids.push_back(key);
         tally.probation = Some(probation);
