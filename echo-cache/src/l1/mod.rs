@@ -74,9 +74,10 @@
 //!   which then goes; if every row left read, the clock's victim goes.
 //!   The queue grows for each row that leaves it read and shrinks for
 //!   each that leaves unread, from one row to the shard's whole share, in
-//!   proportion to the share (a tenth of a row grown per row read for a
-//!   share of 625 rows, an eighth shrunk per row unread, the shrink by
-//!   the square root of the share's ratio to 625): long while new ids
+//!   proportion to the share (1.28 % of the share grown per row read, 8
+//!   rows of 625; an eighth of a row shrunk per row unread for a share of
+//!   625, by the square root of the share's ratio to 625 elsewhere): long
+//!   while new ids
 //!   prove hot (a hot set that moved, re-reads of what was read lately:
 //!   the table then behaves as a clock over its newest rows, as an LRU
 //!   would), one row while nearly all are one-offs (a scan, the tail of a
@@ -86,7 +87,9 @@
 //!   it); once it has grown, every new id goes on probation.
 //! - The clock's victim: the shard's hand turns; a dead row is taken at
 //!   once; a marked row is unmarked (and counted in the sketch: it was
-//!   read) and spared; the first unmarked row, or the least asked-for of
+//!   read) and spared, and so is a row new since the hand last passed
+//!   (its mark says so, it is not counted: a hot set that moved on must
+//!   not outlast the new one for its old counts); the first unmarked row, or the least asked-for of
 //!   it and the next few unmarked ones, is the victim; a row's count is
 //!   halved for every two passes of the hand it was not read since (a hot
 //!   set that moved on loses its rank as fast as rows are evicted).
@@ -105,11 +108,13 @@
 //! 100k rows: Zipf 0.8 -1.1 / -0.0 / -0.2, Zipf 0.99 -0.5 / +0.1 / -0.6,
 //! Zipf with scans -0.3 / -0.2 / -0.3, a loop 1.1 times the table -0.2 /
 //! +0.2 / +0.9, recency-biased +0.4 / +0.4 / -0.1, a hot set moving
-//! wholesale -2.1 / -3.5 / -2.0 (LRU holds every hot id there, and is
+//! wholesale -1.7 / -1.3 / -0.9 (LRU holds every hot id there, and is
 //! Belady's bound: sharding pins each shard's rows to its count when the
 //! table filled, and a row that leaves probation unread goes before a
 //! stale ranked row). Before the adaptive window: recency -6.7 / -1.8 /
-//! -0.5, moving -2.1 / -7.0 / -10.0.
+//! -0.5, moving -2.1 / -7.0 / -10.0; with it but new rows unmarked (the
+//! clock's victim often the new row, least asked-for): moving -2.1 /
+//! -3.5 / -2.0.
 //!
 //! The victim's value is retired like any removed value: freed by the
 //! epoch, outside every lock.
