@@ -112,8 +112,14 @@ fn traces(c: usize, reads: usize) -> Vec<(&'static str, Vec<u64>)> {
     let zipf99 = Zipf::new(universe, 0.99);
     let mut traces = Vec::new();
     let zipf08 = Zipf::new(universe, 0.8);
-    traces.push(("zipf 0.8", zipf_keys(&zipf08, &mut Rng(1), 1, reads).collect()));
-    traces.push(("zipf 0.99", zipf_keys(&zipf99, &mut Rng(2), 2, reads).collect()));
+    traces.push((
+        "zipf 0.8",
+        zipf_keys(&zipf08, &mut Rng(1), 1, reads).collect(),
+    ));
+    traces.push((
+        "zipf 0.99",
+        zipf_keys(&zipf99, &mut Rng(2), 2, reads).collect(),
+    ));
 
     let mut rng = Rng(3);
     let mut scan = Vec::with_capacity(reads);

@@ -430,8 +430,7 @@ impl<T> Rows<T> {
             }
             let sketch = tally.sketch.as_mut().expect("a full shard has a sketch");
             // A read counts as the hand counts it, in the sketch.
-            let read =
-                recount(&slots[i].stamp, |mark| if mark == READ { 0 } else { mark }) == READ;
+            let read = recount(&slots[i].stamp, |mark| if mark == READ { 0 } else { mark }) == READ;
             if read {
                 sketch.add(hash);
             }
