@@ -80,6 +80,14 @@ const PROBATION_TENTHS: usize = 10;
 const GROWTH: usize = 64;
 /// The share [`GROWTH`] was measured at: a table of 10k rows.
 const REFERENCE_SHARE: usize = 625;
+/// The least share of a shard that keeps rows on probation: its one row
+/// at least is then a small part of the shard (a table of 100 rows, 7 a
+/// shard, would give up a seventh of them to one-offs: a scan of new ids
+/// would evict a row a shard). Was 64: a table of 1k rows (63 a shard)
+/// had none, and lost 6.7 points to LRU on a recency-biased load; with
+/// probation +0.5 there, the frequency loads within 0.1 point, scan +
+/// zipf +0.4. Shares from 32 to 62 are not measured.
+const PROBATION_SHARE: usize = 32;
 /// Eighths of a row probation shrinks by for each row that leaves it
 /// unread, in a shard whose share is [`REFERENCE_SHARE`] rows; by the
 /// square root of the share's ratio to it elsewhere (at least one eighth).
@@ -129,22 +137,29 @@ fn rank(estimate: u8, mark: u8) -> u8 {
 }
 
 /// Whether an id asked for `estimate` times lately takes the place of
-/// `victim` (ranked by [`rank`]): only ids asked for three times (every
-/// new id has its chance on probation on its first ask, and a one-off
-/// whose counters collide, say a scan, must not take a ranked place on
-/// its second), and only more often than the victim plus one (two rows
-/// asked for alike do not trade places). Asked of a new id asked for
-/// before while probation is at its one row, and of a row that leaves
+/// `victim` (ranked by [`rank`]): only ids asked for twice (a one-off,
+/// say a scan, never evicts a ranked row), three times against a decayed
+/// rank or where new ids go on probation (`probation`: every new id has
+/// its chance there on its first ask, and a one-off whose counters
+/// collide must not take a ranked place on its second), and only more
+/// often than the victim plus one (two rows asked for alike do not trade
+/// places). Asked of a new id asked for before while probation is at its
+/// one row (or in a shard without probation), and of a row that leaves
 /// probation unread.
 ///
 /// That margin, measured with `benches/hit_ratio.rs` at 10k rows (zipf
-/// 0.8, zipf 0.99, scan + zipf, shifting, loop; today: +0.07, +0.12,
+/// 0.8, zipf 0.99, scan + zipf, shifting, loop; then: +0.07, +0.12,
 /// -0.18, +0.40 to +0.73, +0.22 to +2.36): 0 gives -0.23 on scan + zipf;
 /// 2 gives +0.39, +0.30, -0.11, -0.28, +1.65 (a moving hot set waits
 /// longer); 2 against undecayed victims only, scan + zipf -0.12, shifting
 /// +0.03, loop +0.35; 3, scan + zipf -0.40.
-fn admits(estimate: u8, victim: &Victim) -> bool {
-    estimate >= DECAYED_FLOOR && estimate > victim.estimate.saturating_add(1)
+fn admits(estimate: u8, victim: &Victim, probation: bool) -> bool {
+    let floor = if victim.decayed || probation {
+        DECAYED_FLOOR
+    } else {
+        2
+    };
+    estimate >= floor && estimate > victim.estimate.saturating_add(1)
 }
 
 /// A row the clock hand gives up.
@@ -154,6 +169,8 @@ struct Victim {
     /// evictions.
     dead: bool,
     estimate: u8,
+    /// Whether `estimate` was lowered for passes of the hand unread.
+    decayed: bool,
 }
 
 impl Victim {
@@ -168,6 +185,7 @@ impl Victim {
             index,
             dead,
             estimate: 0,
+            decayed: false,
         }
     }
 }
@@ -262,12 +280,12 @@ impl<T> Rows<T> {
             return Room::Elsewhere(estimate);
         };
         let grown = tally.probation.as_ref().is_some_and(|p| p.grown());
-        if estimate < 2 || grown {
+        if self.probation_most() > 0 && (estimate < 2 || grown) {
             self.make_probation_room(array, tally, key, now);
             return Room::Made;
         }
         let victim = self.victim(array, tally, now);
-        if !victim.dead && !admits(estimate, &victim) {
+        if !victim.dead && !admits(estimate, &victim, self.probation_most() > 0) {
             // A shard short of its share (hashing spread a small table's
             // rows unevenly) may hold only hot rows while others hold cold
             // ones: look there too.
@@ -307,7 +325,7 @@ impl<T> Rows<T> {
                     tally.sketch = Some(Sketch::new(self.share));
                 }
                 let victim = self.victim(&array, &mut tally, now);
-                if !victim.dead && !admits(estimate, &victim) {
+                if !victim.dead && !admits(estimate, &victim, self.probation_most() > 0) {
                     return false;
                 }
                 self.evict(&array, &mut tally, &victim);
@@ -363,10 +381,12 @@ impl<T> Rows<T> {
         let (first, mark) = first;
         let estimate = |index: usize, mark: u8| {
             let raw = sketch.estimate(self.hasher.hash_one(slots[index].key.load(Relaxed)));
+            let ranked = rank(raw, mark);
             Victim {
                 index,
                 dead: false,
-                estimate: rank(raw, mark),
+                estimate: ranked,
+                decayed: ranked < raw,
             }
         };
         let mut victim = estimate(first, mark);
@@ -393,9 +413,13 @@ impl<T> Rows<T> {
         victim
     }
 
-    /// The most rows a shard keeps on probation (see [`PROBATION_TENTHS`]).
+    /// The most rows a shard keeps on probation (see [`PROBATION_TENTHS`]):
+    /// none if its share is below [`PROBATION_SHARE`].
     fn probation_most(&self) -> usize {
-        (self.share * PROBATION_TENTHS / 10).max(1)
+        if self.share < PROBATION_SHARE {
+            return 0;
+        }
+        self.share * PROBATION_TENTHS / 10
     }
 
     /// Puts `key`'s new row on probation (the shard's sketch made), making
@@ -449,7 +473,7 @@ impl<T> Rows<T> {
             made = true;
             if !dead && estimate >= 2 {
                 let victim = self.victim(array, tally, now);
-                if victim.dead || admits(estimate, &victim) {
+                if victim.dead || admits(estimate, &victim, self.probation_most() > 0) {
                     self.evict(array, tally, &victim);
                     continue;
                 }
