@@ -107,7 +107,7 @@
 //!
 //! `benches/hit_ratio.rs` (2M reads a trace; points against the best of
 //! moka, `quick_cache` and ten libCacheSim algorithms: LRU, ARC, LIRS, 2Q,
-//! S3-FIFO, SIEVE, W-TinyLFU, ClockPro, Cacheus, LeCaR), at 1k / 10k /
+//! S3-FIFO, SIEVE, W-TinyLFU, `ClockPro`, Cacheus, `LeCaR`), at 1k / 10k /
 //! 100k rows: Zipf 0.8 -1.2 / -0.1 / -0.2 to -1.0 (from run to run),
 //! Zipf 0.99 -0.5 / +0.1 / -0.6, Zipf with scans -0.3 / -0.2 / -0.2 to
 //! -0.6, a loop 1.1 times the table -0.1 / +0.2 / +0.9, recency-biased
