@@ -112,7 +112,7 @@
 //! Zipf 0.99 -0.5 / +0.1 / -0.6, Zipf with scans -0.3 / -0.2 / -0.2 to
 //! -0.6, a loop 1.1 times the table -0.1 / +0.2 / +0.9, recency-biased
 //! +0.5 / +0.5 / -0.1, a hot set moving wholesale -1.7 / -1.3 / -0.7 to
-//! -1.2 (LRU holds every hot id there, and is Belady's bound: sharding
+//! -1.6 (LRU holds every hot id there, and is Belady's bound: sharding
 //! pins each shard's rows to its count when the table filled, and a row
 //! that leaves probation unread goes before a stale ranked row). Before
 //! the adaptive window: recency -6.7 / -1.8 / -0.5, moving -2.1 / -7.0 /
