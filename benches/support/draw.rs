@@ -63,3 +63,17 @@ impl Zipf {
             .min(self.cdf.len() - 1)
     }
 }
+
+impl Rng {
+    /// Log-uniform in `1..=n`: as many draws between 1 and 10 as between
+    /// 10 and 100 (the distance of a re-read in `benches/hit_ratio.rs`).
+    #[allow(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        clippy::cast_precision_loss
+    )]
+    pub fn log_uniform(&mut self, n: usize) -> usize {
+        let drawn = (self.unit() * (n as f64).ln()).exp() as usize;
+        drawn.clamp(1, n)
+    }
+}

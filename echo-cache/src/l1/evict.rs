@@ -21,13 +21,22 @@ const SAMPLE: usize = 4;
 const LOOK_AHEAD: usize = 32;
 
 /// A row's mark when it was read since the clock hand last passed it. Any
-/// other mark counts the hand's passes since it was last read: 0 for none
-/// yet, then `1 + passes` (see [`idle`]).
+/// other mark but [`NEW`] counts the hand's passes since it was last read:
+/// 0 for none yet, then `1 + passes` (see [`idle`]).
 pub(super) const READ: u8 = 1;
 /// The most passes a mark counts.
 const MOST_IDLE: u8 = 8;
+/// A new row's mark in a table that evicts, until the hand first passes
+/// it: spared once, as a read row is (but not counted in the sketch: it
+/// was not read). Without it the clock's victim was often a new row (the
+/// least asked-for of the few looked at) rather than a row of a hot set
+/// that moved on, whose count had not yet decayed: measured with
+/// `benches/hit_ratio.rs` (as [`PROBATION_TENTHS`]), the moving hot set
+/// -2.1, -3.5, -2.0 points at 1k, 10k, 100k rows without, -1.7, -1.3,
+/// -0.9 with; the other loads within 0.1 point.
+pub(super) const NEW: u8 = MOST_IDLE + 2;
 // A mark's count stays below its REFRESHING bit.
-const _: () = assert!(MOST_IDLE + 1 < REFRESHING);
+const _: () = assert!(MOST_IDLE + 1 < NEW && NEW < REFRESHING);
 /// Passes of the hand unread that halve a row's rank. Measured with
 /// `benches/hit_ratio.rs` (points of hit ratio against the better of moka
 /// and `quick_cache`; zipf 0.8, zipf 0.99, scan + zipf, shifting, loop): no
@@ -35,45 +44,63 @@ const _: () = assert!(MOST_IDLE + 1 < REFRESHING);
 /// +0.06, +0.22 (with the floor of 2); every 2 passes, with
 /// [`DECAYED_FLOOR`] 3: -0.02, +0.13, -0.47, -2.36, +1.84.
 const PASSES_PER_HALVING: u8 = 2;
-/// How often a new id must have been asked for to take the place of a row
-/// whose rank decayed: a one-off whose counters collide (a scan) must not
-/// evict a row that was hot.
+/// How often an id must have been asked for to take a ranked row's place
+/// ([`admits`]): a one-off whose counters collide (a scan) must not evict
+/// a row that was hot.
 const DECAYED_FLOOR: u8 = 3;
-/// The most rows on probation, in tenths of a shard's share. Measured with
-/// `benches/hit_ratio.rs` as above, with [`GROWTH`] 64: none -0.00, +0.12,
-/// -0.48, -2.34, +1.10; up to 1 tenth +0.12, +0.17, -0.43, -0.36, +1.11;
-/// 2 tenths +0.11, +0.17, -0.43, +0.60 to +0.87 (from run to run), +1.10;
-/// 3: +0.09, +0.17, -0.42, +1.31, +1.10; 4: +0.10, +0.16, -0.42, +1.54,
-/// +1.10. A fixed tenth of the share, not adapted: -0.81, -0.45, -0.62,
-/// -0.72, +1.05 (one-offs hold a tenth of the table for good). Each row of
-/// it costs 8 bytes (its id, in the queue, reserved when the table fills):
-/// 2 tenths keep a table of a million rows within 16 bytes a row of
-/// `quick_cache`'s (`benches/memory.rs`). All with a floor of 2 against
-/// undecayed ranks ([`admits`]); with 3 (since kept): +0.03 to +0.06,
-/// +0.12, -0.17, +0.48 to +0.74, +1.10 (and with it, decaying every 3
-/// passes +0.20, +0.22, -0.14, +0.35; a decayed floor of 4 +0.52, +0.28,
-/// -0.10, -0.05).
-const PROBATION_TENTHS: usize = 2;
-/// Eighths of a row probation grows by for each row that leaves it read
-/// (it shrinks by one eighth for each that leaves unread): it grows while
-/// more than one in 64 new rows proves hot, as when the hot set moves, and
-/// shrinks to one row while nearly every new id is a one-off (a scan, the
-/// tail of a steady load). Measured as above: 48 +0.13, +0.16, -0.40,
-/// +0.23, +1.10 (and with a wider sketch, 16 or 32 left the shifting
-/// load's probation short: -2.95 and -2.15 points there); 80 +0.11, +0.07,
-/// -0.41, +0.95, +1.10; 96 grows it on a steady Zipf load too: -0.16,
-/// +0.06, -0.43, +0.89, +1.10. A probation that keeps at least 4 rows,
-/// not 1, loses on scan + zipf: -0.31 (16 rows: -0.67).
+/// The most rows on probation, in tenths of a shard's share: all of them.
+/// Measured with `benches/hit_ratio.rs` (issue 27's six families at 1k,
+/// 10k and 100k rows, points against the best of moka, `quick_cache` and
+/// ten libCacheSim algorithms): the former cap of 2 tenths (with no
+/// probation below 64 rows a shard) left a recency-biased load -6.7, -1.8
+/// and -0.5 points short and a hot set moving wholesale -2.1, -7.0 and
+/// -10.0; the whole share +0.4, +0.4, -0.1 and -1.8, -3.6, -1.7, the
+/// frequency loads as before (with [`GROWTH`] and [`SHRINK`] scaled to
+/// the share). A tenth of the share each: recency -2.1, -1.0, -0.9;
+/// half: moving -2.1, -4.5, -0.7 but loops -20 (fixed, not adapted).
+/// Each row on it costs 8 bytes (its id, in the queue), only while the
+/// probation is that long: the queue grows as it does, never past the
+/// share (a frequency load keeps it near one row).
+const PROBATION_TENTHS: usize = 10;
+/// Eighths of a row probation grows by for each row that leaves it read,
+/// in a shard whose share is [`REFERENCE_SHARE`] rows (in proportion to
+/// the share elsewhere, at least one eighth): it grows while more new rows
+/// prove hot than [`SHRINK`] offsets, as when the hot set moves or
+/// recency rules, and shrinks to one row while nearly every new id is a
+/// one-off (a scan, the tail of a steady load). Measured at 10k rows with
+/// a probation of at most 2 tenths: 48 +0.13, +0.16, -0.40, +0.23, +1.10
+/// (zipf 0.8, zipf 0.99, scan + zipf, shifting, loop; 16 or 32 left the
+/// shifting load's probation short: -2.95 and -2.15 points there); 80
+/// +0.11, +0.07, -0.41, +0.95, +1.10; 96 grows it on a steady Zipf load
+/// too: -0.16, +0.06, -0.43, +0.89, +1.10. With the whole share and 64
+/// eighths at every size, not in proportion: 1k rows lost 4.1, 2.4, 3.8
+/// points on zipf 0.8, zipf 0.99 and scan + zipf (8 rows at once in a
+/// shard of 63), 16 eighths left the moving load -10.8 and -13.5 at 10k
+/// and 100k.
 const GROWTH: usize = 64;
+/// The share [`GROWTH`] was measured at: a table of 10k rows.
+const REFERENCE_SHARE: usize = 625;
 /// The least share of a shard that keeps rows on probation: its one row
 /// at least is then a small part of the shard (a table of 100 rows, 7 a
-/// shard, would give up a seventh of them to one-offs).
-const PROBATION_SHARE: usize = 64;
+/// shard, would give up a seventh of them to one-offs: a scan of new ids
+/// would evict a row a shard). Was 64: a table of 1k rows (63 a shard)
+/// had none, and lost 6.7 points to LRU on a recency-biased load; with
+/// probation +0.5 there, the frequency loads within 0.1 point, scan +
+/// zipf +0.4. Shares from 32 to 62 are not measured.
+const PROBATION_SHARE: usize = 32;
+/// Eighths of a row probation shrinks by for each row that leaves it
+/// unread, in a shard whose share is [`REFERENCE_SHARE`] rows; by the
+/// square root of the share's ratio to it elsewhere (at least one eighth).
+/// Measured at 100k rows (share 6,250): one eighth (growth 640 times the
+/// shrink) zipf 0.8 -0.78, zipf 0.99 -0.60, moving -1.05; ten (in
+/// proportion, as the growth) -0.58, -0.58, -1.47; three (the square
+/// root) -0.31, -0.55, -1.66.
+const SHRINK: usize = 1;
 
 /// The hand's passes over a row since it was last read.
 fn idle(mark: u8) -> u8 {
     match mark {
-        0 | READ => 0,
+        0 | READ | NEW => 0,
         passes => passes - 1,
     }
 }
@@ -94,7 +121,7 @@ pub(super) fn recount(stamp: &AtomicU64, to: impl Fn(u8) -> u8) -> u8 {
 /// A row's mark after one more pass of the hand without a read.
 fn passed(mark: u8) -> u8 {
     match mark {
-        0 | READ => 2,
+        0 | READ | NEW => 2,
         passes => (passes + 1).min(MOST_IDLE + 1),
     }
 }
@@ -109,19 +136,23 @@ fn rank(estimate: u8, mark: u8) -> u8 {
         .unwrap_or(0)
 }
 
-/// Whether a new id asked for `estimate` times lately takes the place of
-/// `victim` (ranked by [`rank`]): only twice asked-for ids (a one-off, say
-/// a scan, never evicts a ranked row), three times against a decayed rank
-/// or where new ids go on probation (`probation`: an id had its chance
-/// there on its first ask, and a one-off whose counters collide must not
-/// take a ranked place on its second), and only more often than the
-/// victim plus one (two rows asked for alike do not trade places).
+/// Whether an id asked for `estimate` times lately takes the place of
+/// `victim` (ranked by [`rank`]): only ids asked for twice (a one-off,
+/// say a scan, never evicts a ranked row), three times against a decayed
+/// rank or where new ids go on probation (`probation`: every new id has
+/// its chance there on its first ask, and a one-off whose counters
+/// collide must not take a ranked place on its second), and only more
+/// often than the victim plus one (two rows asked for alike do not trade
+/// places). Asked of a new id asked for before while probation is at its
+/// one row (or in a shard without probation), and of a row that leaves
+/// probation unread.
 ///
-/// That margin, measured with `benches/hit_ratio.rs` as [`PROBATION_TENTHS`]
-/// (today: +0.07, +0.12, -0.18, +0.40 to +0.73, +0.22 to +2.36): 0 gives
-/// -0.23 on scan + zipf; 2 gives +0.39, +0.30, -0.11, -0.28, +1.65 (a
-/// moving hot set waits longer); 2 against undecayed victims only, scan +
-/// zipf -0.12, shifting +0.03, loop +0.35; 3, scan + zipf -0.40.
+/// That margin, measured with `benches/hit_ratio.rs` at 10k rows (zipf
+/// 0.8, zipf 0.99, scan + zipf, shifting, loop; then: +0.07, +0.12,
+/// -0.18, +0.40 to +0.73, +0.22 to +2.36): 0 gives -0.23 on scan + zipf;
+/// 2 gives +0.39, +0.30, -0.11, -0.28, +1.65 (a moving hot set waits
+/// longer); 2 against undecayed victims only, scan + zipf -0.12, shifting
+/// +0.03, loop +0.35; 3, scan + zipf -0.40.
 fn admits(estimate: u8, victim: &Victim, probation: bool) -> bool {
     let floor = if victim.decayed || probation {
         DECAYED_FLOOR
@@ -159,7 +190,7 @@ impl Victim {
     }
 }
 
-/// A shard's new rows on probation: ids asked for once lately, kept
+/// A shard's new rows on probation (the admission window): new ids, kept
 /// without the admission test, the oldest first, and how many it holds at
 /// most.
 pub(super) struct Probation {
@@ -176,12 +207,25 @@ impl Probation {
         (1 + self.eighths / 8).min(most)
     }
 
-    fn grow(&mut self, most: usize) {
-        self.eighths = (self.eighths + GROWTH).min(most.saturating_sub(1) * 8);
+    /// A row left it read: it grows by [`GROWTH`] for a `share` of
+    /// [`REFERENCE_SHARE`] rows, in proportion elsewhere.
+    fn grow(&mut self, most: usize, share: usize) {
+        let growth = (GROWTH * share / REFERENCE_SHARE).max(1);
+        self.eighths = (self.eighths + growth).min(most.saturating_sub(1) * 8);
     }
 
-    fn shrink(&mut self) {
-        self.eighths = self.eighths.saturating_sub(1);
+    /// A row left it unread: it shrinks by [`SHRINK`] for a `share` of
+    /// [`REFERENCE_SHARE`] rows, by the square root of the ratio elsewhere.
+    fn shrink(&mut self, share: usize) {
+        let ratio = (share / REFERENCE_SHARE).max(1);
+        self.eighths = self.eighths.saturating_sub(SHRINK * ratio.isqrt());
+    }
+
+    /// Whether it grew past its one row: new rows have proved hot lately,
+    /// so an id asked for before goes on probation too, not to the
+    /// admission test.
+    fn grown(&self) -> bool {
+        self.eighths >= 8
     }
 }
 
@@ -235,7 +279,8 @@ impl<T> Rows<T> {
         let Some(array) = array.filter(|_| tally.rows > 0) else {
             return Room::Elsewhere(estimate);
         };
-        if estimate < 2 && self.probation_most() > 0 {
+        let grown = tally.probation.as_ref().is_some_and(|p| p.grown());
+        if self.probation_most() > 0 && (estimate < 2 || grown) {
             self.make_probation_room(array, tally, key, now);
             return Room::Made;
         }
@@ -318,7 +363,7 @@ impl<T> Rows<T> {
             }
             let skips_read = steps > 0;
             let mark = recount(&slot.stamp, |mark| {
-                if mark == READ && skips_read {
+                if (mark == READ || mark == NEW) && skips_read {
                     0
                 } else {
                     passed(mark)
@@ -326,6 +371,9 @@ impl<T> Rows<T> {
             });
             if mark == READ && skips_read {
                 sketch.add(self.hasher.hash_one(slot.key.load(Relaxed)));
+                continue;
+            }
+            if mark == NEW && skips_read {
                 continue;
             }
             break (i, mark);
@@ -350,7 +398,7 @@ impl<T> Rows<T> {
                 break;
             }
             let mark = slot.mark() & !REFRESHING;
-            if !is_row(slot.value.load(Relaxed)) || mark == READ {
+            if !is_row(slot.value.load(Relaxed)) || mark == READ || mark == NEW {
                 continue;
             }
             if now >= slot.expires_at() {
@@ -365,8 +413,8 @@ impl<T> Rows<T> {
         victim
     }
 
-    /// The most rows a shard keeps on probation: none if its share is
-    /// below [`PROBATION_SHARE`].
+    /// The most rows a shard keeps on probation (see [`PROBATION_TENTHS`]):
+    /// none if its share is below [`PROBATION_SHARE`].
     fn probation_most(&self) -> usize {
         if self.share < PROBATION_SHARE {
             return 0;
@@ -376,10 +424,12 @@ impl<T> Rows<T> {
 
     /// Puts `key`'s new row on probation (the shard's sketch made), making
     /// room for it: the oldest rows leave probation (as many as it is over
-    /// its length), each kept if it was asked for again (read while on
-    /// probation, or missed again after the clock took it), and the first
-    /// that leaves unread gives up its place. If none does, probation
-    /// grows: the clock's victim gives up its place, whatever its rank.
+    /// its length). One read while on probation stays, a ranked row (and
+    /// probation grows); the first that leaves unread gives up its place,
+    /// unless it was asked for before and [`admits`] it against the
+    /// clock's victim, which then goes (either way probation shrinks). If
+    /// every row left read, the clock's victim gives up its place, whatever
+    /// its rank.
     fn make_probation_room(&self, array: &Array<T>, tally: &mut Tally, key: u64, now: u64) {
         let slots = array.slots();
         let most = self.probation_most();
@@ -387,7 +437,7 @@ impl<T> Rows<T> {
         // length, once, not rounded up.
         let mut probation = tally.probation.take().unwrap_or_else(|| {
             Box::new(Probation {
-                ids: VecDeque::with_capacity(most),
+                ids: VecDeque::new(),
                 eighths: 0,
             })
         });
@@ -404,25 +454,41 @@ impl<T> Rows<T> {
             }
             let sketch = tally.sketch.as_mut().expect("a full shard has a sketch");
             // A read counts as the hand counts it, in the sketch.
-            if recount(&slots[i].stamp, |mark| if mark == READ { 0 } else { mark }) == READ {
+            let read = recount(&slots[i].stamp, |mark| if mark == READ { 0 } else { mark }) == READ;
+            if read {
                 sketch.add(hash);
             }
+            let estimate = sketch.estimate(hash);
             let dead = now >= slots[i].expires_at();
-            if !dead && sketch.estimate(hash) >= 2 {
-                probation.grow(most);
-            } else {
-                probation.shrink();
-                if !made {
-                    self.evict(array, tally, &Victim::unranked(i, dead));
-                    made = true;
-                }
+            if !dead && read {
+                probation.grow(most, self.share);
+                continue;
+            }
+            probation.shrink(self.share);
+            if made {
                 // Others left unread are rows like any: the clock's first
                 // victims, at their rank.
+                continue;
             }
+            made = true;
+            if !dead && estimate >= 2 {
+                let victim = self.victim(array, tally, now);
+                if victim.dead || admits(estimate, &victim, self.probation_most() > 0) {
+                    self.evict(array, tally, &victim);
+                    continue;
+                }
+            }
+            self.evict(array, tally, &Victim::unranked(i, dead));
         }
         if !made {
             let victim = self.victim(array, tally, now);
             self.evict(array, tally, &victim);
+        }
+        if probation.ids.len() == probation.ids.capacity() {
+            // Twice as long, as a `VecDeque` grows, but never longer than
+            // probation can be.
+            let more = probation.ids.len().min(most - probation.ids.len()).max(1);
+            probation.ids.reserve_exact(more);
         }
         probation.ids.push_back(key);
         tally.probation = Some(probation);

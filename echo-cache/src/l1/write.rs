@@ -6,7 +6,7 @@ use std::hash::BuildHasher;
 use std::ptr;
 use std::sync::Arc;
 
-use super::evict::Room;
+use super::evict::{self, Room};
 use super::{
     Array, REFRESHING, Row, Rows, SEQ_BITS, Shard, Tally, absent, capacity_for, into_raw, is_row,
     mark_of, moved_hand, shard_of, tombstone,
@@ -110,7 +110,7 @@ impl<T> Rows<T> {
         }
         if let (Some(array), Some(i)) = (&array, found) {
             // The key's own tombstone.
-            let mark = self.refresh_mark(&row);
+            let mark = self.new_mark(&row);
             array.slots()[i].write(into_raw(row.value), row.version, row.expires_at, mark);
             tally.rows += 1;
             return Insert::Kept;
@@ -123,11 +123,22 @@ impl<T> Rows<T> {
             array.expect("a shard with capacity has an array")
         };
         let (slot, _) = array.probe(key, hash);
-        let mark = self.refresh_mark(&row);
+        let mark = self.new_mark(&row);
         slot.claim(key, into_raw(row.value), row.version, row.expires_at, mark);
         tally.claimed += 1;
         tally.rows += 1;
         Insert::Kept
+    }
+
+    /// A new row's mark: [`evict::NEW`] in a table that evicts, with its
+    /// [`refresh_mark`](Self::refresh_mark).
+    fn new_mark(&self, row: &Row<T>) -> u8 {
+        let new = if self.eviction == Eviction::Hot {
+            evict::NEW
+        } else {
+            0
+        };
+        new | self.refresh_mark(row)
     }
 
     /// Slots for an array of `rows` rows: four times them, to grow into,
