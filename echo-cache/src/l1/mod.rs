@@ -19,10 +19,10 @@
 //! - One hash of the key under the table's random seed gives both its
 //!   shard (the top bits, [`shard_of`]) and its probe's start (the low
 //!   bits).
-//! - Arrays are at most half claimed while they grow (a hit's probe is
-//!   short: most hits read one slot) and up to three quarters once they
-//!   reach the size a full table needs, which is what a full table costs
-//!   in memory ([`Rows::crowded`]).
+//! - Arrays grow into twice their rows once two thirds claimed, and hold
+//!   up to three quarters once they reach the size a full table needs: a
+//!   table below its bound costs about what a full one costs a row, and a
+//!   hit probes about 1.5 slots in either ([`Rows::crowded`]).
 //! - A slot is claimed by one key for the life of its array (a removed row
 //!   leaves a tombstone the same key reuses), so a reader that matched a key
 //!   never sees the slot change owner. Arrays are rebuilt, not rehashed in

@@ -269,14 +269,18 @@ fn fill<T>(rows: &Rows<T>) -> Vec<(usize, usize)> {
 }
 
 #[test]
-fn arrays_are_at_most_half_claimed_below_the_bound_and_three_quarters_at_it() {
+fn arrays_are_half_to_three_quarters_claimed_below_the_bound_and_at_it() {
     const MAX: usize = if cfg!(miri) { 1_600 } else { 16_000 };
     let rows = rows::<u64>(MAX);
     for (n, key) in keys(MAX as u64).enumerate() {
         assert!(rows.insert(key, row(key, 1, 10), 0).is_ok());
-        if n + 1 == MAX / 2 {
+        if n + 1 == MAX / 4 {
+            // Below the bound, the memory of a full table a row: at most
+            // two slots (and a rounding to a slot count), at least 4/3.
             for (claimed, capacity) in fill(&rows) {
-                assert!(claimed * 2 <= capacity, "{claimed} of {capacity} half full");
+                assert!(claimed * 4 <= capacity * 3, "{claimed} of {capacity}");
+                let most = capacity_for(claimed * 2 + 1);
+                assert!(capacity <= most, "{capacity} slots for {claimed} rows");
             }
         }
     }
@@ -286,7 +290,10 @@ fn arrays_are_at_most_half_claimed_below_the_bound_and_three_quarters_at_it() {
     for (claimed, capacity) in fill(&rows) {
         assert!(claimed * 4 <= capacity * 3, "{claimed} of {capacity}");
         if claimed <= MAX / 16 {
-            assert_eq!(capacity, full, "a shard of {claimed} rows");
+            assert!(
+                capacity <= full,
+                "a shard of {claimed} rows in {capacity} slots"
+            );
         }
     }
 }
