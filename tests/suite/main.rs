@@ -3,18 +3,23 @@
 //! machine's cores (a binary per file linked the whole dependency tree
 //! some thirty times, and ran the files one after another).
 //!
-//! Every `#[near_cache]` declaration of the binary is linked into every
-//! cache it builds's directory, so each module builds its caches with
+//! Every `#[near_cache]` declaration of the binary is in the directory of
+//! every cache it builds, so each module builds its caches with
 //! [`Builder::open`](echo_cache::Builder::open) naming its own tables,
 //! and kinds and table names are unique across the modules.
 //!
-//! Binaries of their own: what needs the process to itself or the
-//! directory as it is (`metrics.rs`, a global recorder; `lifecycle.rs`, which counts the
-//! process's threads; `directory.rs`,
-//! `conflict_*.rs`, the whole directory; `quickstart.rs`, `codemojex*.rs`,
-//! programs that open every table they link), `expansion_lints.rs`
-//! (crate-wide lints). The UI tests (trybuild) are a package of their
-//! own, `tests/ui`.
+//! Binaries of their own:
+//! - what needs the process or the directory as it is: `metrics.rs` (a
+//!   global recorder), `lifecycle.rs` (counts the process's threads),
+//!   `directory.rs` and `conflict_*.rs` (the whole directory),
+//!   `quickstart.rs` and `codemojex*.rs` (programs that open every table
+//!   they link), `expansion_lints.rs` (crate-wide lints);
+//! - `coherence.rs`, the modules of `suite/coherence/`: inside this binary
+//!   their property test of versioned tracking writes sees node B count 0
+//!   or 2 invalidations of a key for 1 in about half the runs, and never
+//!   in a binary of their own. Not explained yet.
+//!
+//! The UI tests (trybuild) are a package of their own, `tests/ui`.
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -23,7 +28,6 @@ mod coherence_support;
 
 mod batch;
 mod cluster;
-mod coherence;
 mod coherence_durable;
 mod coherence_outage;
 mod coherence_races;
