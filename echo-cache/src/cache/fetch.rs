@@ -66,7 +66,16 @@ impl<T> Future for Fetch<'_, T> {
                 none.insert(start_miss(this.table, this.id.payload(), this.timeout))
             }
         };
-        poll_miss(miss.as_mut(), cx.waker())
+        // The miss path's error comes boxed, unboxed here: its answer is
+        // then three words read back, not an `Error`'s 48 bytes written
+        // where the hit writes its own, which made every caller's match
+        // on a hit's answer go through memory (10 instructions a hit,
+        // `scripts/instructions`). A box per failed miss is the price.
+        match poll_miss(miss.as_mut(), cx.waker()) {
+            Poll::Ready(Ok(fetched)) => Poll::Ready(Ok(fetched)),
+            Poll::Ready(Err(error)) => Poll::Ready(Err(*error)),
+            Poll::Pending => Poll::Pending,
+        }
     }
 }
 
@@ -78,15 +87,17 @@ fn start_miss<T>(table: &Table<T>, key: u64, timeout: Option<Duration>) -> Miss<
     table.start_miss(key, timeout)
 }
 
-/// Polls the miss path: waits for the flight. With a context of `waker`
-/// alone: what a hit's caller gave besides its waker (the context's
-/// extensions, unstable) does not reach the flight.
+/// Polls the miss path: waits for the flight; its error boxed (see
+/// [`Fetch::poll`]). With a context of `waker` alone: what a hit's caller
+/// gave besides its waker (the context's extensions, unstable) does not
+/// reach the flight.
 #[inline(never)]
 fn poll_miss<T>(
     miss: Pin<&mut (dyn Future<Output = Result<Fetched<T>, Error>> + Send)>,
     waker: &Waker,
-) -> Poll<Result<Fetched<T>, Error>> {
+) -> Poll<Result<Fetched<T>, Box<Error>>> {
     miss.poll(&mut Context::from_waker(waker))
+        .map(|answer| answer.map_err(Box::new))
 }
 
 impl<T: Cached> fmt::Debug for Fetch<'_, T> {

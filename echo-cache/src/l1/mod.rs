@@ -236,8 +236,11 @@ struct Shard<T> {
 /// [`Shard::watch_ms`] while hits mark their rows read: once the table is
 /// three quarters full ([`Eviction::Hot`]), so that the rows read lately
 /// are marked when it fills and the clock hand starts to look at marks.
-/// Before, a hit neither tests nor writes marks.
-const MARKING: u64 = u64::MAX;
+/// Before, a hit neither tests nor writes marks. Beyond every expiry (40
+/// bits, [`slot::MAX_EXPIRY`]) yet far enough from `u64::MAX` that a hit
+/// adds it to `now` without a saturating add; a longer `refresh_ms` is
+/// kept just below it, where it watches every row all the same.
+const MARKING: u64 = 1 << 62;
 
 pub(crate) struct Rows<T> {
     shards: [Shard<T>; SHARDS],
@@ -338,7 +341,7 @@ impl<T> Rows<T> {
             shards: std::array::from_fn(|_| Shard {
                 array: AtomicPtr::new(ptr::null_mut()),
                 writer: Mutex::new(Tally::default()),
-                watch_ms: AtomicU64::new(spec.refresh_ms),
+                watch_ms: AtomicU64::new(spec.refresh_ms.min(MARKING - 1)),
             }),
             hasher: random_hasher(),
             garbage: Garbage::new(),
@@ -384,8 +387,9 @@ impl<T> Rows<T> {
         // Loaded now, on the line just read: a load after the count's
         // increment below (a locked instruction) waits for it.
         let watch_ms = shard.watch_ms.load(Relaxed);
-        // A row expiring after this is alive and not watched.
-        let unwatched_after = now.saturating_add(watch_ms);
+        // A row expiring after this is alive and not watched. No overflow:
+        // both are below 2^62 ([`MARKING`]; `now` counts milliseconds).
+        let unwatched_after = now.wrapping_add(watch_ms);
         let slots = array.slots();
         let mut i = array.start(hash);
         let slot = loop {

@@ -145,6 +145,7 @@ impl<T> Table<T> {
         (self.start_miss)(self.shared(), key, timeout)
     }
 
+    #[inline]
     fn not_found(&self, key: u64) -> Error {
         Error::NotFound {
             table: self.spec.name,

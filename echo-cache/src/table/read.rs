@@ -58,17 +58,10 @@ impl<T> Table<T> {
     pub(crate) fn answer(&self, key: u64, live: Live<T>) -> Result<Fetched<T>, Error> {
         match live.value {
             Some(value) => Ok(Fetched::new(value, Source::Hit, live.version)),
-            None => Err(self.absent(key)),
+            // Built in place from the table's fields: an error a cold
+            // call wrote would join the hit's answer through memory.
+            None => Err(self.not_found(key)),
         }
-    }
-
-    /// The answer of a row remembering an absence: out of the hit's line,
-    /// so that a hit's answer is its value's fields alone (not merged
-    /// with an error's).
-    #[cold]
-    #[inline(never)]
-    fn absent(&self, key: u64) -> Error {
-        self.not_found(key)
     }
 }
 
