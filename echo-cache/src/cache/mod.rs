@@ -404,14 +404,15 @@ impl Cache {
     /// Call it after a change to the system of record that touches more
     /// ids than you can name (a migration, a bulk update).
     ///
-    /// ```
-    /// # #[echo_cache::near_cache(kind = "GAM", ttl_ms = 600_000)]
-    /// # #[derive(serde::Serialize, serde::Deserialize)]
-    /// # struct Game { title: String }
+    /// ```standalone_crate
+    /// use echo_cache::{near_cache, Cache, Id};
+    ///
+    /// #[near_cache(kind = "GAM", ttl_ms = 600_000)]
+    /// #[derive(serde::Serialize, serde::Deserialize)]
+    /// struct Game { title: String }
+    ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), echo_cache::Error> {
-    /// use echo_cache::{Cache, Id};
-    ///
     /// let cache = Cache::builder()
     ///     .loader(|_id: Id<Game>| async { Ok::<_, std::io::Error>(Some(Game { title: "Go".into() })) })
     ///     .build()?;
