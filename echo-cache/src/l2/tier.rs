@@ -28,8 +28,8 @@
 //! # The floor: a table-wide invalidation in one key
 //!
 //! [`Tier::bury`] writes the table's *floor*, `<prefix>*` (no id is `*`):
-//! the version of its newest table-wide invalidation. Every read of the
-//! table fetches the floor with the frame (`MGET <key> <floor>`, one round
+//! the version of its newest table-wide invalidation. On one server, every
+//! read of the table fetches the floor with the frame (`MGET <key> <floor>`, one round
 //! trip) and reads a frame older than it as [`Found::Buried`], a miss; the
 //! script refuses a write older than it. So a table-wide invalidation
 //! costs one key write whatever the table's size, no frame older than it
@@ -37,9 +37,12 @@
 //! so minted an older version) never lands, on any node. The floor lives
 //! as long as a frame written before it may ([`Tier::floor_ttl_ms`]).
 //!
-//! A spread table on a cluster cannot read its floor with its frames (they
-//! are on other slots): its reads and writes skip the floor, and
-//! [`Tier::bury`] writes tombstones over the table's frames instead
+//! On a cluster the floor is not read with the frames: a spread table's
+//! frames are on other slots, and while a slot migrates, a command on two
+//! of its keys, one moved and one not, is refused (`TRYAGAIN`) for as long
+//! as the migration lasts (the mid-migration cluster tests saw every L2
+//! read of a table fail). Its reads and writes skip the floor, and
+//! [`Tier::bury`] writes tombstones over the table's frames first
 //! ([`DROP_OLDER`], by `SCAN`), as the backlog's overflow did.
 
 use std::sync::Arc;
@@ -241,10 +244,10 @@ impl<T: Cached> Tier<T> {
         self.found(key, read.frame, read.floor, counters)
     }
 
-    /// Whether the table's reads and writes check its floor: unless its
-    /// keys spread over a cluster's slots (see the module doc).
+    /// Whether the table's reads and writes check its floor: on one
+    /// server, not on a cluster (see the module doc).
     pub(crate) fn floored(&self) -> bool {
-        self.spec.placement() == Placement::Table || !self.server.is_cluster()
+        !self.server.is_cluster()
     }
 
     /// The frame at `id_key` and, if [`floored`](Self::floored), the

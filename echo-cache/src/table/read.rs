@@ -323,8 +323,7 @@ impl<T: Cached> Table<T> {
     ) -> Loaded<T> {
         let value = Arc::new(value);
         // Not a fill an invalidation applied since it minted overtook (a
-        // table-wide one's floor refuses it in L2 too, unless spread on a
-        // cluster).
+        // table-wide one's floor refuses it in L2 too, on one server).
         let current = !self.applied.overtakes(key, version.payload());
         if current && let Some(table) = self.me.upgrade().filter(|table| table.tier.is_some()) {
             let life_ms = deadline.saturating_sub(self.clock.now_ms());
