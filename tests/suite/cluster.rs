@@ -657,3 +657,53 @@ async fn broadcast_messages_stay_on_their_shard() {
     );
     assert_eq!(after, before, "no publish message crossed the cluster bus");
 }
+
+/// `invalidate_all` on a cluster: node A fills ids of `T` and B holds them;
+/// the system of record moves them all to revision 1 and A invalidates the
+/// table. A and a third node read revision 1 at once (L2 buries every
+/// frame, on whichever master it is), B within the delivery bound.
+async fn invalidate_all_on_a_cluster<T: Entity>() {
+    let cluster = RedisCluster::start(3, 0);
+    let sor = Sor::default();
+    let nodes = [node(&cluster, &sor), node(&cluster, &sor)];
+    ready(&nodes).await;
+    let [a, b] = &nodes;
+    let ids: Vec<Id<T>> = (0..30).map(|_| Id::mint()).collect();
+    for &id in &ids {
+        assert_eq!(a.fetch(id).await.unwrap().revision(), 0);
+        assert_eq!(b.fetch(id).await.unwrap().source(), Source::L2);
+        sor.bump(id.raw());
+    }
+    a.invalidate_all::<T>().await.expect("invalidate_all");
+    let c = node(&cluster, &sor);
+    ready(std::slice::from_ref(&c)).await;
+    for &id in &ids {
+        assert_eq!(a.fetch(id).await.unwrap().revision(), 1, "A reads its own");
+        let fetched = c.fetch(id).await.unwrap();
+        assert_eq!(fetched.revision(), 1, "L2 serves no older frame");
+    }
+    for &id in &ids {
+        eventually("B reads afresh", async || {
+            b.fetch(id).await.unwrap().revision() == 1
+        })
+        .await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalidate_all_on_a_cluster_broadcast() {
+    invalidate_all_on_a_cluster::<Broadcast>().await;
+}
+
+/// A spread table's frames are on every master and its floor on one: its
+/// table-wide invalidation writes tombstones over its frames instead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalidate_all_on_a_cluster_spread() {
+    invalidate_all_on_a_cluster::<Spread>().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stale_read_checker_durable_with_invalidate_all_on_a_cluster() {
+    let cluster = RedisCluster::start(3, 0);
+    checker::two_nodes_bulk::<Durable>(|sor| node(&cluster, sor), ready).await;
+}

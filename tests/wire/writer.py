@@ -44,7 +44,12 @@ local function current_version(key)
   return string.sub(version, 4)
 end
 local current, other = current_version(KEYS[1])
-if current and current >= string.sub(ARGV[1], 4, 14) then return 0 end
+local version = string.sub(ARGV[1], 4, 14)
+if current and current >= version then return 0 end
+if KEYS[2] then
+  local floor = current_version(KEYS[2])
+  if floor and floor >= version then return 0 end
+end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 if other then return 2 end
 return 1
@@ -185,11 +190,13 @@ class Table:
         return version, written
 
     def flush(self, minter):
-        """5, 6. Every node drops its L1 of the table (L2 is left as is)."""
+        """4, 5, 6, 7. A table-wide invalidation: the table's floor, then the
+        flush message (tracking: the floor's write is pushed)."""
         version = minter.mint(self.kind)
-        if self.coherence == "tracking":
-            self.r.set(self.prefix + "*", version.encode("ascii"), px=1_000)
-        else:
+        # The longest TTL (jitter at most 0.5), the grace, the tombstones.
+        px = self.ttl_ms + self.ttl_ms // 2 + self.grace_ms + self.tombstone_ttl_ms
+        self.r.eval(WRITE_IF_NEWER, 1, self.prefix + "*", version.encode("ascii"), px)
+        if self.coherence != "tracking":
             message = f"{self.kind}{'*' * 11}:{version}".encode("ascii")
             assert len(message) == 29
             if self.coherence == "broadcast":
@@ -218,7 +225,7 @@ def main():
     p.add_argument("--tombstone-ttl-ms", type=int, default=60_000)
     p.add_argument("--put", nargs=3, action="append", default=[], metavar=("ID", "N", "NAME"))
     p.add_argument("--invalidate", action="append", default=[], metavar="ID")
-    p.add_argument("--flush", action="store_true", help="flush the table's L1 on every node")
+    p.add_argument("--flush", action="store_true", help="invalidate the whole table on every node (its floor, then the flush)")
     args = p.parse_args()
 
     r = redis.Redis.from_url(args.url)

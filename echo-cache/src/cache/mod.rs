@@ -390,8 +390,55 @@ impl Cache {
             .await
     }
 
-    /// Drops every row of `T`'s table (in L1). Fills under way will not
-    /// install; the next fetches load afresh.
+    /// Invalidates every id of `T`'s table, on every node, under a fresh
+    /// version, which it returns: [`invalidate`](Self::invalidate) for the
+    /// whole table. This node's L1 is emptied before it returns, and no
+    /// fill under way installs; L2 buries every frame older than the
+    /// version (one key written, whatever the table's size); the other
+    /// nodes drop their L1 of the table as the table's coherence mode
+    /// delivers (see the crate docs, "A whole table"). Newer wins: a fill
+    /// that read the system of record before the call never lands, in L1
+    /// or L2, on any node once it has the news; a repeated or late
+    /// table-wide invalidation changes nothing.
+    ///
+    /// Call it after a change to the system of record that touches more
+    /// ids than you can name (a migration, a bulk update).
+    ///
+    /// ```standalone_crate
+    /// use echo_cache::{near_cache, Cache, Id};
+    ///
+    /// #[near_cache(kind = "GAM", ttl_ms = 600_000)]
+    /// #[derive(serde::Serialize, serde::Deserialize)]
+    /// struct Game { title: String }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), echo_cache::Error> {
+    /// let cache = Cache::builder()
+    ///     .loader(|_id: Id<Game>| async { Ok::<_, std::io::Error>(Some(Game { title: "Go".into() })) })
+    ///     .build()?;
+    /// let id = Id::<Game>::mint();
+    /// cache.fetch(id).await?;
+    /// cache.invalidate_all::<Game>().await?;
+    /// assert_eq!(cache.stats::<Game>().size, 0);
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotDelivered`] if the table is `durable` and the
+    /// invalidation could not be recorded for the other nodes. Otherwise a
+    /// server away is no error: the invalidation is kept and delivered
+    /// once it is back, as an `invalidate`'s.
+    pub async fn invalidate_all<T: Cached>(&self) -> Result<RawId, Error> {
+        let version = Minter::global().mint_raw(T::KIND);
+        self.table::<T>().invalidate_all(&version).await?;
+        Ok(version)
+    }
+
+    /// Drops every row of `T`'s table from this node's L1 only (L2 and the
+    /// other nodes keep theirs: see [`invalidate_all`](Self::invalidate_all)).
+    /// Fills under way will not install; the next fetches read afresh.
     pub fn flush<T: Cached>(&self) {
         self.table::<T>().flush();
     }

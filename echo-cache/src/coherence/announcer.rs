@@ -1,16 +1,14 @@
 //! How a writing node tells the others: a message `<id>:<version>` on the
 //! table's channel (`broadcast`) or in its stream (`durable`). A `tracking`
-//! table needs none (the server pushes its writes), except for a
-//! table-wide flush (see `backlog`), which is a write of the table's flush
-//! key under its tracked prefix.
+//! table needs none: the server pushes its writes, a table-wide
+//! invalidation's too (the write of the table's floor key, under its
+//! tracked prefix).
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use redis::Cmd;
 
 use super::message;
-use crate::clock::millis;
 use crate::connections::{Failure, Lane, Server};
 use crate::entity::id::RawId;
 use crate::entity::spec::{Coherence, TableSpec};
@@ -24,17 +22,11 @@ pub(crate) const STREAM_MAXLEN: u64 = 100_000;
 pub(crate) struct Announcer {
     server: Arc<Server>,
     spec: &'static TableSpec,
-    /// How long a tracking table's flush key lives.
-    flush_ttl: Duration,
 }
 
 impl Announcer {
-    pub(crate) fn new(server: Arc<Server>, spec: &'static TableSpec, flush_ttl: Duration) -> Self {
-        Announcer {
-            server,
-            spec,
-            flush_ttl,
-        }
+    pub(crate) fn new(server: Arc<Server>, spec: &'static TableSpec) -> Self {
+        Announcer { server, spec }
     }
 
     /// Tells the other nodes that `key` changed at `version`.
@@ -44,18 +36,10 @@ impl Announcer {
     }
 
     /// Tells the other nodes that every row of the table older than
-    /// `version` may be stale.
+    /// `version` is stale (`tracking`: nothing to send, the write of the
+    /// table's floor was pushed).
     pub(crate) async fn flush(&self, version: &RawId) -> Result<(), Failure> {
-        if self.spec.coherence() != Coherence::Tracking {
-            return self.send(&message::encode_flush(version)).await;
-        }
-        let key = format!("{}{}", keyspace::prefix(self.spec), keyspace::EVERY_ID);
-        let ttl_ms = millis(self.flush_ttl);
-        let mut set = Cmd::new();
-        set.arg("SET").arg(&key).arg(&version.to_bytes()[..]);
-        set.arg("PX").arg(ttl_ms.max(1));
-        let slot = keyspace::slot(key.as_bytes());
-        self.server.query(Lane::Linked(slot), set).await
+        self.send(&message::encode_flush(version)).await
     }
 
     /// Sends `message` on the table's channel or stream, if it has one.

@@ -131,6 +131,13 @@ pub(crate) trait Target: Send + Sync {
     fn spec(&self) -> &'static TableSpec;
     /// Drops every row; no flight under way will install.
     fn flush(&self);
+    /// Applies a table-wide invalidation at `version`: newer-wins, a
+    /// repeat or a late one is a no-op; else as [`flush`](Self::flush), and
+    /// no value older than `version` is kept afterwards.
+    fn flush_at(&self, version: u64) {
+        let _ = version;
+        self.flush();
+    }
     /// Applies an invalidation of `key` (at `version`, if it has one).
     fn apply(&self, key: u64, version: Option<u64>);
     /// The invalidation channel is lost: flush and bypass L1.
@@ -147,7 +154,7 @@ pub(crate) trait Target: Send + Sync {
     fn receive(&self, message: Option<Message>) {
         match message {
             Some(Message::Row { key, version }) => self.apply(key, Some(version)),
-            Some(Message::Flush { .. }) => self.flush(),
+            Some(Message::Flush { version }) => self.flush_at(version),
             None => self.malformed(),
         }
     }

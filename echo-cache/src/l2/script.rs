@@ -27,16 +27,25 @@ end
 ";
 
 /// `SET KEYS[1] ARGV[1] PX ARGV[2]` unless the value there already has a
-/// version as new as `ARGV[1]`'s. `ARGV[1]` is a frame (a fill, a put) or a
-/// tombstone (an invalidation): a fill never overwrites a newer frame or the
-/// tombstone of a newer invalidation, and a late or repeated invalidation
-/// never erases a newer row. Returns 1 if written, 0 if not, 2 if written
-/// over a key of another type.
+/// version as new as `ARGV[1]`'s, or the table's floor (`KEYS[2]`, if
+/// given: the version of its newest table-wide invalidation) is as new.
+/// `ARGV[1]` is a frame (a fill, a put) or a tombstone (an invalidation): a
+/// fill never overwrites a newer frame or the tombstone of a newer
+/// invalidation, nor lands under the floor of a newer table-wide one, and a
+/// late or repeated invalidation never erases a newer row. The floor itself
+/// is written by this script too (`KEYS[1]` the floor key, one key): it
+/// never goes back. Returns 1 if written, 0 if not, 2 if written over a key
+/// of another type.
 pub(crate) static WRITE_IF_NEWER: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         "{CURRENT_VERSION}
 local current, other = current_version(KEYS[1])
-if current and current >= string.sub(ARGV[1], 4, 14) then return 0 end
+local version = string.sub(ARGV[1], 4, 14)
+if current and current >= version then return 0 end
+if KEYS[2] then
+  local floor = current_version(KEYS[2])
+  if floor and floor >= version then return 0 end
+end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 if other then return 2 end
 return 1"
@@ -45,8 +54,10 @@ return 1"
 
 /// For each key of `KEYS` whose value has a version older than `ARGV[1]`'s
 /// (a tombstone), `SET key ARGV[1] PX ARGV[2]`: a table-wide invalidation
-/// at `ARGV[1]`, batch by batch. Keys that are not frames (a stream, a key
-/// of another type) are left alone. Returns how many it wrote.
+/// at `ARGV[1]`, batch by batch, for a table whose reads cannot check its
+/// floor (spread over a cluster's slots). Keys that are not frames (a
+/// stream, a key of another type) are left alone. Returns how many it
+/// wrote.
 pub(crate) static DROP_OLDER: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         "{CURRENT_VERSION}

@@ -24,6 +24,26 @@
 //! [`How::Vacant`]); its puts and invalidations go through the script, and
 //! the server may echo those back to the writing node, which then drops its
 //! own fresh row: a wasted L1 row, never a stale one.
+//!
+//! # The floor: a table-wide invalidation in one key
+//!
+//! [`Tier::bury`] writes the table's *floor*, `<prefix>*` (no id is `*`):
+//! the version of its newest table-wide invalidation. On one server, every
+//! read of the table fetches the floor with the frame (`MGET <key> <floor>`, one round
+//! trip) and reads a frame older than it as [`Found::Buried`], a miss; the
+//! script refuses a write older than it. So a table-wide invalidation
+//! costs one key write whatever the table's size, no frame older than it
+//! is read again, and a fill that read the system of record before it (and
+//! so minted an older version) never lands, on any node. The floor lives
+//! as long as a frame written before it may ([`Tier::floor_ttl_ms`]).
+//!
+//! On a cluster the floor is not read with the frames: a spread table's
+//! frames are on other slots, and while a slot migrates, a command on two
+//! of its keys, one moved and one not, is refused (`TRYAGAIN`) for as long
+//! as the migration lasts (the mid-migration cluster tests saw every L2
+//! read of a table fail). Its reads and writes skip the floor, and
+//! [`Tier::bury`] writes tombstones over the table's frames first
+//! ([`DROP_OLDER`], by `SCAN`), as the backlog's overflow did.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -57,6 +77,8 @@ pub(crate) struct Tier<T> {
     /// `stale_if_error_ms`: frames outlive their logical expiry by it (see
     /// [`frame`]).
     grace_ms: u64,
+    /// The table's floor key, `<prefix>*` (see the module doc).
+    floor_key: Vec<u8>,
     read_warning: Warning,
     write_warning: Warning,
 }
@@ -98,6 +120,9 @@ pub(crate) enum Found<T> {
     Expired(RawId, T),
     /// The tombstone of an invalidation at this version: a miss.
     Tombstone(RawId),
+    /// A frame older than the table's floor, this version (a table-wide
+    /// invalidation): a miss, which the fill replaces.
+    Buried(RawId),
 }
 
 /// The traced shape of `T`'s values, for its schema stamp; `None`, with a
@@ -128,6 +153,7 @@ impl<T: Cached> Tier<T> {
             schema: frame::schema(spec.fingerprint(), traced::<T>(spec), codec.name()),
             grace_ms: spec.stale_if_error_ms(),
             prefix: keyspace::prefix(spec),
+            floor_key: format!("{}{}", keyspace::prefix(spec), keyspace::EVERY_ID).into_bytes(),
             slot: keyspace::slot(keyspace::prefix(spec).as_bytes()),
             server,
             codec,
@@ -181,6 +207,7 @@ impl<T: Cached> Tier<T> {
             Found::Value(..) => "value",
             Found::Expired(..) => "expired",
             Found::Tombstone(..) => "tombstone",
+            Found::Buried(..) => "buried",
         };
         span.record("outcome", outcome);
         found
@@ -200,9 +227,8 @@ impl<T: Cached> Tier<T> {
 
     async fn read_in(&self, key: u64, counters: &Counters) -> Found<T> {
         let id_key = self.key(key);
-        let get = Cmd::new().arg("GET").arg(&id_key).clone();
-        let frame: Option<Vec<u8>> = match self.server.query(self.lane(&id_key), get).await {
-            Ok(frame) => frame,
+        let read = match self.read_frame(&id_key).await {
+            Ok(read) => read,
             Err(Failure::Redis(error)) if error.code() == Some("WRONGTYPE") => {
                 self.bad_frame(key, "a key of another type", counters);
                 return Found::Bad;
@@ -215,17 +241,59 @@ impl<T: Cached> Tier<T> {
                 return Found::Failed;
             }
         };
-        self.found(key, frame, counters)
+        self.found(key, read.frame, read.floor, counters)
     }
 
-    /// What the frame L2 holds for `key` (if any) says: a value, live or
-    /// past its logical expiry, a tombstone, or a bad frame (counted and
+    /// Whether the table's reads and writes check its floor: on one
+    /// server, not on a cluster (see the module doc).
+    pub(crate) fn floored(&self) -> bool {
+        !self.server.is_cluster()
+    }
+
+    /// The frame at `id_key` and, if [`floored`](Self::floored), the
+    /// table's floor, in one round trip.
+    async fn read_frame(&self, id_key: &[u8]) -> Result<Read, Failure> {
+        let lane = self.lane(id_key);
+        if !self.floored() {
+            let get = Cmd::new().arg("GET").arg(id_key).clone();
+            let frame = self.server.query(lane, get).await?;
+            return Ok(Read { frame, floor: None });
+        }
+        let mget = Cmd::new()
+            .arg("MGET")
+            .arg(id_key)
+            .arg(&self.floor_key)
+            .clone();
+        let (frame, floor): (Option<Vec<u8>>, Option<Vec<u8>>) =
+            self.server.query(lane, mget).await?;
+        Ok(Read {
+            frame,
+            floor: floor_of(floor.as_deref()),
+        })
+    }
+
+    /// What the frame L2 holds for `key` (if any) says, under the table's
+    /// `floor` (if read): a value, live or past its logical expiry, a
+    /// tombstone, a frame buried by the floor, or a bad frame (counted and
     /// logged).
-    fn found(&self, key: u64, frame: Option<Vec<u8>>, counters: &Counters) -> Found<T> {
+    fn found(
+        &self,
+        key: u64,
+        frame: Option<Vec<u8>>,
+        floor: Option<RawId>,
+        counters: &Counters,
+    ) -> Found<T> {
         let Some(frame) = frame else {
             return Found::Nothing;
         };
-        let decoded = match frame::decode(&frame, T::KIND, self.schema) {
+        let decoded = frame::decode(&frame, T::KIND, self.schema);
+        if let (Ok(Frame::Value(version, ..) | Frame::Tombstone(version)), Some(floor)) =
+            (&decoded, floor)
+            && version.payload() < floor.payload()
+        {
+            return Found::Buried(floor);
+        }
+        let decoded = match decoded {
             Ok(Frame::Tombstone(version)) => return Found::Tombstone(version),
             Ok(Frame::Value(version, expiry, body)) => self
                 .codec
@@ -254,21 +322,19 @@ impl<T: Cached> Tier<T> {
 
     /// The version of what L2 holds for `key`: a value's or a tombstone's,
     /// `None` for no key or a frame that is not this table's.
+    /// The table's floor counts as a version of every key.
     pub(crate) async fn version(&self, key: u64) -> Result<Option<u64>, Failure> {
-        let id_key = self.key(key);
-        let get = Cmd::new().arg("GET").arg(&id_key).clone();
-        let frame: Option<Vec<u8>> = self.server.query(self.lane(&id_key), get).await?;
-        Ok(
-            match frame
-                .as_deref()
-                .map(|f| frame::decode(f, T::KIND, self.schema))
-            {
-                Some(Ok(Frame::Value(version, ..) | Frame::Tombstone(version))) => {
-                    Some(version.payload())
-                }
-                Some(Err(_)) | None => None,
-            },
-        )
+        let Read { frame, floor } = self.read_frame(&self.key(key)).await?;
+        let framed = match frame
+            .as_deref()
+            .map(|f| frame::decode(f, T::KIND, self.schema))
+        {
+            Some(Ok(Frame::Value(version, ..) | Frame::Tombstone(version))) => {
+                Some(version.payload())
+            }
+            Some(Err(_)) | None => None,
+        };
+        Ok(framed.max(floor.map(|floor| floor.payload())))
     }
 
     fn bad_frame(&self, key: u64, reason: &str, counters: &Counters) {
@@ -346,11 +412,44 @@ impl<T: Cached> Tier<T> {
             .await
     }
 
+    /// A table-wide invalidation at `version`: no frame of the table older
+    /// than it is read again, nor written. Raises the table's floor to
+    /// `version` (never lowers it); a table that cannot read its floor
+    /// ([`floored`](Self::floored) not) first has its frames older than
+    /// `version` replaced by tombstones, scanned in batches, each checked
+    /// and written by one script. On a `tracking` table the floor's write
+    /// is what the server pushes to every node (its own too: a script's
+    /// writes are echoed despite `NOLOOP`, a wasted flush).
+    pub(crate) async fn bury(&self, version: &RawId) -> Result<(), Failure> {
+        let span = tracing::debug_span!("l2", op = "bury", table = self.spec.name(), %version);
+        async {
+            if !self.floored() {
+                self.drop_older(version).await?;
+            }
+            let ttl = self.floor_ttl_ms().to_string();
+            let args: [&[u8]; 2] = [&version.to_bytes(), ttl.as_bytes()];
+            let lane = self.lane(&self.floor_key);
+            (self.server)
+                .eval::<i64>(lane, &WRITE_IF_NEWER, &[&self.floor_key], &args)
+                .await
+                .map(drop)
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// How long the floor lives: as long as a frame written before it may
+    /// (the longest TTL and the grace), or a fill that read before it may
+    /// still try to write (half the tombstone TTL, see [`Tier::too_old`]),
+    /// whichever is longer, with the other as margin.
+    pub(crate) fn floor_ttl_ms(&self) -> u64 {
+        let longest = crate::l1::longest_lifetime(self.spec.ttl_ms(), self.spec.jitter());
+        (longest.saturating_add(self.grace_ms)).saturating_add(self.tombstone_ttl_ms())
+    }
+
     /// Drops every frame of the table older than `version`, leaving
-    /// tombstones of `version` in their place: a table-wide invalidation,
-    /// for the writes a node could not keep track of (see `backlog`). Scans
-    /// the table's keys in batches, each checked and written by one script.
-    pub(crate) async fn drop_older(&self, version: &RawId) -> Result<(), Failure> {
+    /// tombstones of `version` in their place.
+    async fn drop_older(&self, version: &RawId) -> Result<(), Failure> {
         let span =
             tracing::debug_span!("l2", op = "drop_older", table = self.spec.name(), %version);
         self.drop_older_in(version).instrument(span).await
@@ -471,9 +570,15 @@ impl<T: Cached> Tier<T> {
         let ttl = ttl_ms.to_string();
         let args = [frame, ttl.as_bytes()];
         let lane = self.lane(id_key);
+        let with_floor = [id_key, &self.floor_key];
+        let keys = if self.floored() {
+            &with_floor[..]
+        } else {
+            &with_floor[..1]
+        };
         (self
             .server
-            .eval::<i64>(lane, &WRITE_IF_NEWER, &[id_key], &args)
+            .eval::<i64>(lane, &WRITE_IF_NEWER, keys, &args)
             .await)
             .map(|written| written == 2)
     }
@@ -508,7 +613,7 @@ impl<T: Cached> Tier<T> {
         self.write_if_newer(id_key, frame, ttl_ms).await
     }
 
-    fn tombstone_ttl_ms(&self) -> u64 {
+    pub(crate) fn tombstone_ttl_ms(&self) -> u64 {
         u64::try_from(self.tombstone_ttl.as_millis())
             .unwrap_or(u64::MAX)
             .max(1)
@@ -536,4 +641,16 @@ impl<T: Cached> Tier<T> {
             "L2 {what} skipped, going on without it: {failure}"
         );
     }
+}
+
+/// A frame read, with the table's floor if it was read too.
+struct Read {
+    frame: Option<Vec<u8>>,
+    floor: Option<RawId>,
+}
+
+/// The version a floor key holds, if it holds one (any kind: versions
+/// compare by payload).
+fn floor_of(value: Option<&[u8]>) -> Option<RawId> {
+    RawId::parse(value?.get(..crate::entity::id::ID_LEN)?).ok()
 }

@@ -71,4 +71,6 @@ fn the_worked_examples_of_the_wire_specification() {
         crate::keyspace::slot(b"ecc:{wire_rows}:WIR0IoNiEI1FSa"),
         492
     );
+    // The floor shares its table's slot: one MGET reads both.
+    assert_eq!(crate::keyspace::slot(b"ecc:{wire_rows}:*"), 492);
 }

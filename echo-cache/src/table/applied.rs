@@ -1,4 +1,5 @@
-//! Newer-wins memory: the newest invalidation version applied per id.
+//! Newer-wins memory: the newest invalidation version applied per id, and
+//! the table's floor: the newest table-wide invalidation applied.
 //!
 //! A row in L1 carries its version, so "drop it if the invalidation is
 //! newer" needs no memory. What does is a value that is not in L1 yet: a
@@ -11,7 +12,11 @@
 //! number of ids invalidated in that window. A value older than a forgotten
 //! invalidation can then only come from L2 if the conditional L2 drop of
 //! that invalidation failed too, and the tombstone TTL bounds even that.
+//!
+//! The floor is one number, never forgotten: a value of any id older than
+//! it is refused.
 
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
 use scc::HashMap;
@@ -24,12 +29,15 @@ pub(crate) const RETAIN: Duration = Duration::from_secs(60);
 
 pub(crate) struct Applied {
     newest: HashMap<u64, u64, foldhash::fast::RandomState>,
+    /// The newest table-wide invalidation applied (0: none).
+    floor: AtomicU64,
 }
 
 impl Applied {
     pub(crate) fn new() -> Applied {
         Applied {
             newest: HashMap::with_hasher(foldhash::fast::RandomState::default()),
+            floor: AtomicU64::new(0),
         }
     }
 
@@ -49,12 +57,20 @@ impl Applied {
         }
     }
 
+    /// Records a table-wide invalidation at `version`; whether it is newer
+    /// than every one applied before.
+    pub(crate) fn raise_floor(&self, version: u64) -> bool {
+        self.floor.fetch_max(version, Relaxed) < version
+    }
+
     /// Whether a value of `key` at `version` is older than an invalidation
-    /// applied to `key`.
+    /// applied to `key`, or to the whole table.
     pub(crate) fn overtakes(&self, key: u64, version: u64) -> bool {
-        self.newest
-            .read_sync(&key, |_, &newest| newest > version)
-            .unwrap_or(false)
+        version < self.floor.load(Relaxed)
+            || self
+                .newest
+                .read_sync(&key, |_, &newest| newest > version)
+                .unwrap_or(false)
     }
 
     /// Forgets the versions minted more than [`RETAIN`] before `unix_ms`.
@@ -80,5 +96,17 @@ mod tests {
         assert!(!applied.overtakes(1, 10));
         assert!(!applied.overtakes(2, 0), "nothing applied to 2");
         assert!(applied.advance(1, 11));
+    }
+
+    #[test]
+    fn the_floor_overtakes_every_id_and_never_goes_back() {
+        let applied = Applied::new();
+        assert!(applied.raise_floor(20));
+        assert!(!applied.raise_floor(20), "a repeat");
+        assert!(!applied.raise_floor(19), "a late one");
+        assert!(applied.overtakes(7, 19), "any id");
+        assert!(!applied.overtakes(7, 20));
+        applied.prune(u64::MAX);
+        assert!(applied.overtakes(8, 19), "never pruned");
     }
 }

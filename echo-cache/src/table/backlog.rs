@@ -100,6 +100,13 @@ impl Backlog {
         self.settle(&kept);
     }
 
+    /// Keeps a table-wide invalidation at `version`, undelivered.
+    pub(crate) fn keep_flush(&self, version: u64) {
+        let mut kept = self.lock();
+        kept.flush = kept.flush.max(Some(version));
+        self.any.store(true, Relaxed);
+    }
+
     /// The table-wide flush at `version` was delivered.
     pub(crate) fn flushed(&self, version: u64) {
         let mut kept = self.lock();
@@ -160,6 +167,18 @@ mod tests {
         for (key, version) in undelivered.writes {
             backlog.delivered(key, version);
         }
+        assert!(backlog.is_empty());
+    }
+
+    #[test]
+    fn keeps_the_newest_table_wide_invalidation() {
+        let backlog = Backlog::new(10);
+        backlog.keep_flush(5);
+        backlog.keep_flush(3);
+        assert_eq!(backlog.undelivered().flush, Some(5));
+        backlog.flushed(4);
+        assert!(!backlog.is_empty(), "an older one delivered");
+        backlog.flushed(5);
         assert!(backlog.is_empty());
     }
 }

@@ -239,6 +239,15 @@ impl<T: Cached> Table<T> {
             let reading = Instant::now();
             let found = tier.read_many(&keys, &self.counters).await;
             l2_left = l2_left.saturating_sub(reading.elapsed());
+            // As in `resolve`: a table-wide invalidation this node may not
+            // know of yet, applied before any value lands.
+            let floor = found.iter().find_map(|found| match found {
+                Found::Buried(floor) => Some(floor.payload()),
+                _ => None,
+            });
+            if let Some(floor) = floor {
+                self.flush_at(floor);
+            }
             for (i, found) in found.into_iter().enumerate() {
                 match found {
                     // As in `resolve`: a frame older than an applied
@@ -260,6 +269,11 @@ impl<T: Cached> Table<T> {
                     }
                     Found::Tombstone(version) => {
                         fallbacks[i].invalidated(version.payload());
+                        rest.push(i);
+                    }
+                    Found::Buried(floor) => {
+                        fallbacks[i].invalidated(floor.payload());
+                        over_bad[i] = true;
                         rest.push(i);
                     }
                     Found::Bad => {

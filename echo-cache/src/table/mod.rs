@@ -162,6 +162,19 @@ impl<T: Cached> Table<T> {
         self.rows.collect_if_due();
     }
 
+    /// A table-wide invalidation at `version`, newer-wins: raises the
+    /// table's floor (no value older than it is kept afterwards, from L2
+    /// or a fill) and flushes. A repeat or a late one is a no-op; whether
+    /// it was applied.
+    pub(crate) fn flush_at(&self, version: u64) -> bool {
+        if !self.applied.raise_floor(version) {
+            return false;
+        }
+        self.flush();
+        Counters::bump(&self.counters.invalidations);
+        true
+    }
+
     pub(crate) fn stats(&self) -> Stats {
         self.counters
             .snapshot(self.hits.sum(), self.rows.len(), self.rows.evictions())

@@ -125,7 +125,7 @@ pub(crate) fn open<T: Declared>(spec: &'static TableSpec, shared: &Shared) -> Op
     let announcer = shared
         .l2
         .as_ref()
-        .map(|server| Announcer::new(Arc::clone(server), spec, tombstone_ttl));
+        .map(|server| Announcer::new(Arc::clone(server), spec));
     // A coherent table trusts L1 only once its invalidation channel is up.
     let coherent = tier.is_some() && spec.coherence.versioned();
     Ok(Arc::new_cyclic(|me| Table::<T> {

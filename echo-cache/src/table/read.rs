@@ -239,6 +239,14 @@ impl<T: Cached> Table<T> {
                     fallback.offer(Arc::new(value), version.payload());
                 }
                 Found::Tombstone(version) => fallback.invalidated(version.payload()),
+                // A table-wide invalidation this node may not know of yet
+                // (`none`: it is how it learns). The fill replaces the
+                // buried frame, as it does a bad one.
+                Found::Buried(floor) => {
+                    self.flush_at(floor.payload());
+                    fallback.invalidated(floor.payload());
+                    over_bad = true;
+                }
                 Found::Bad => over_bad = true,
                 Found::Failed if self.buried_in_l2() => fallback.unproven(),
                 _ => {}
@@ -307,7 +315,10 @@ impl<T: Cached> Table<T> {
         l2_left: Duration,
     ) -> Loaded<T> {
         let value = Arc::new(value);
-        if let Some(table) = self.me.upgrade().filter(|table| table.tier.is_some()) {
+        // Not a fill an invalidation applied since it minted overtook (a
+        // table-wide one's floor refuses it in L2 too, on one server).
+        let current = !self.applied.overtakes(key, version.payload());
+        if current && let Some(table) = self.me.upgrade().filter(|table| table.tier.is_some()) {
             let life_ms = deadline.saturating_sub(self.clock.now_ms());
             let (write, ttl_ms) = (Write::Fill { over_bad }, self.l2_ttl_ms(life_ms));
             let value = Arc::clone(&value);

@@ -180,6 +180,16 @@ impl<T: Cached> Target for Table<T> {
         tracing::debug!(table = self.spec.name, "L1 flushed by the coherence lane");
     }
 
+    fn flush_at(&self, version: u64) {
+        if Table::flush_at(self, version) {
+            tracing::debug!(
+                table = self.spec.name,
+                version = %RawId::new(T::KIND, version),
+                "table-wide invalidation applied"
+            );
+        }
+    }
+
     fn apply(&self, key: u64, version: Option<u64>) {
         Table::apply(self, key, version);
     }

@@ -1,6 +1,6 @@
-//! This node's writes: `put` and `invalidate` (L2, then L1, then the
-//! announcement to the other nodes), and the delivery of what was kept
-//! while the server was away.
+//! This node's writes: `put`, `invalidate` and `invalidate_all` (L2, then
+//! L1, then the announcement to the other nodes), and the delivery of what
+//! was kept while the server was away.
 
 use std::sync::Arc;
 
@@ -102,6 +102,52 @@ impl<T: Cached> Table<T> {
         self.announce(key, version, stored).await
     }
 
+    /// Invalidates every id of the table at `version`: this node's L1 first
+    /// (no flight under way will install, and no value older than
+    /// `version` is kept afterwards), then L2 (the table's floor: see
+    /// `l2::tier`), then the announcement to the other nodes (`tracking`:
+    /// the floor's write is pushed). What fails is kept for delivery once
+    /// the server is back, as for `invalidate`.
+    pub(crate) async fn invalidate_all(&self, version: &RawId) -> Result<(), Error> {
+        let version = RawId::new(T::KIND, version.payload());
+        let span = tracing::debug_span!(
+            "write",
+            op = "invalidate_all",
+            table = self.spec.name,
+            %version,
+        );
+        async {
+            self.flush_at(version.payload());
+            let stored = match &self.tier {
+                Some(tier) => tier.bury(&version).await.is_ok(),
+                None => true,
+            };
+            self.announce_flush(&version, stored).await
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// [`announce`](Self::announce) for a table-wide invalidation.
+    async fn announce_flush(&self, version: &RawId, stored: bool) -> Result<(), Error> {
+        let Some(announcer) = &self.announcer else {
+            return Ok(());
+        };
+        let sent = announcer.flush(version).await;
+        if stored && sent.is_ok() {
+            self.backlog.flushed(version.payload());
+        } else {
+            self.backlog.keep_flush(version.payload());
+            self.backlog_kick.notify_one();
+            tracing::debug!(
+                stored,
+                sent = sent.is_ok(),
+                "kept for delivery once L2 is back"
+            );
+        }
+        self.delivery(sent)
+    }
+
     /// The span of a write (`put` or `invalidate`) of `key` at `version`.
     pub(super) fn write_span(&self, op: &'static str, key: u64, version: &RawId) -> Span {
         tracing::debug_span!(
@@ -139,6 +185,12 @@ impl<T: Cached> Table<T> {
                 "kept for delivery once L2 is back"
             );
         }
+        self.delivery(sent)
+    }
+
+    /// What a write answers once its announcement was `sent` (or not): an
+    /// error only for a `durable` table, whose writes promise it.
+    fn delivery(&self, sent: Result<(), crate::connections::Failure>) -> Result<(), Error> {
         match (self.spec.coherence, sent) {
             (_, Ok(())) => Ok(()),
             (Coherence::Durable, Err(failure)) => Err(Error::NotDelivered {
@@ -176,8 +228,7 @@ impl<T: Cached> Table<T> {
         }
         if let Some(flush) = undelivered.flush {
             let version = RawId::new(T::KIND, flush);
-            if tier.drop_older(&version).await.is_err() || announcer.flush(&version).await.is_err()
-            {
+            if tier.bury(&version).await.is_err() || announcer.flush(&version).await.is_err() {
                 return false;
             }
             self.backlog.flushed(flush);

@@ -29,6 +29,9 @@ const IDS: usize = 100;
 /// Reader tasks per node.
 const READERS: usize = 2;
 
+/// With bulk writes, one write in this many is a bulk write.
+const BULK_EVERY: usize = 25;
+
 /// One read of the stale-read checker.
 #[derive(Clone, Copy, Debug)]
 struct Read {
@@ -79,6 +82,21 @@ pub async fn run<T: Entity>(
     d: Duration,
     disturb: impl Future<Output = Option<Outage>>,
 ) {
+    run_with::<T>(nodes, sor, run_for, d, disturb, false).await;
+}
+
+/// [`run`], and with `bulk`, one write in [`BULK_EVERY`] is a bulk write:
+/// the writer bumps the revision of every id in the system of record, then
+/// calls [`Cache::invalidate_all`] on the first node; once that is
+/// acknowledged every id's new revision is held against the readers.
+pub async fn run_with<T: Entity>(
+    nodes: &[Cache],
+    sor: &Sor,
+    run_for: Duration,
+    d: Duration,
+    disturb: impl Future<Output = Option<Outage>>,
+    bulk: bool,
+) {
     let ids: Arc<Vec<Id<T>>> = Arc::new((0..IDS).map(|_| Id::mint()).collect());
     let start = Instant::now();
     let until = start + run_for;
@@ -89,6 +107,21 @@ pub async fn run<T: Entity>(
             let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
             let mut acks: Vec<Vec<(u64, Instant)>> = vec![Vec::new(); IDS];
             while Instant::now() < until {
+                if bulk && rng.below(BULK_EVERY) == 0 {
+                    let revisions: Vec<u64> = ids.iter().map(|id| sor.bump(id.raw())).collect();
+                    match a.invalidate_all::<T>().await {
+                        Ok(_) => {
+                            let at = Instant::now();
+                            for (i, revision) in revisions.into_iter().enumerate() {
+                                acks[i].push((revision, at));
+                            }
+                        }
+                        Err(Error::NotDelivered { .. }) => {}
+                        Err(error) => panic!("a bulk write failed: {error}"),
+                    }
+                    tokio::task::yield_now().await;
+                    continue;
+                }
                 let i = rng.below(IDS);
                 let revision = sor.bump(ids[i].raw());
                 let written = if rng.below(2) == 0 {
@@ -205,6 +238,18 @@ pub async fn two_nodes<T: Entity>(node: impl Fn(&Sor) -> Cache, ready: impl Asyn
     let nodes = [node(&sor), node(&sor)];
     ready(&nodes).await;
     run::<T>(&nodes, &sor, RUN_FOR, D, std::future::ready(None)).await;
+}
+
+/// [`two_nodes`] with bulk writes ([`run_with`]): table-wide invalidations
+/// mixed in with the puts and invalidations.
+pub async fn two_nodes_bulk<T: Entity>(
+    node: impl Fn(&Sor) -> Cache,
+    ready: impl AsyncFn(&[Cache]),
+) {
+    let sor = Sor::default();
+    let nodes = [node(&sor), node(&sor)];
+    ready(&nodes).await;
+    run_with::<T>(&nodes, &sor, RUN_FOR, D, std::future::ready(None), true).await;
 }
 
 /// The server away: from `began` to `ended`; a write acknowledged meanwhile

@@ -4,7 +4,8 @@
 //! A table's keys do (its `{<table>}` hashtag), so its batch is one `MGET`;
 //! a spread table's batch is one `MGET` per slot, all sent at once on the
 //! multiplexed connection (pipelined to each node). One server has no
-//! slots: one `MGET` either way.
+//! slots: one `MGET` either way. Each `MGET` asks for the table's floor
+//! too, last, when its reads check it (see the tier's module doc).
 
 use futures_util::future::join_all;
 use redis::Cmd;
@@ -58,11 +59,15 @@ impl<T: Cached> Tier<T> {
             .chunk_by(|&a, &b| slots[a] == slots[b])
             .flat_map(|same_slot| same_slot.chunks(MGET_KEYS))
             .map(|chunk| (slots[chunk[0]], chunk));
+        let floored = self.floored();
         let replies = join_all(commands.map(async |(slot, positions)| {
             let mut mget = Cmd::new();
             mget.arg("MGET");
             for &at in positions {
                 mget.arg(&ids[at]);
+            }
+            if floored {
+                mget.arg(&self.floor_key);
             }
             let lane = self.lane_of(slot);
             let reply = self.server.query::<Vec<Option<Vec<u8>>>>(lane, mget).await;
@@ -72,9 +77,14 @@ impl<T: Cached> Tier<T> {
         let mut found: Vec<Found<T>> = keys.iter().map(|_| Found::Failed).collect();
         for (positions, reply) in replies {
             match reply {
-                Ok(frames) if frames.len() == positions.len() => {
+                Ok(mut frames) if frames.len() == positions.len() + usize::from(floored) => {
+                    let floor = if floored {
+                        super::floor_of(frames.pop().flatten().as_deref())
+                    } else {
+                        None
+                    };
                     for (&at, frame) in positions.iter().zip(frames) {
-                        found[at] = self.found(keys[at], frame, counters);
+                        found[at] = self.found(keys[at], frame, floor, counters);
                     }
                 }
                 Ok(frames) => {
