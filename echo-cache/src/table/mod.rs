@@ -170,8 +170,9 @@ impl<T: Cached> Table<T> {
         if !self.applied.raise_floor(version) {
             return false;
         }
-        self.flush();
+        // Counted before the rows go, as in `apply`.
         Counters::bump(&self.counters.invalidations);
+        self.flush();
         true
     }
 

@@ -30,10 +30,11 @@ impl<T: Cached> Table<T> {
         {
             return;
         }
+        // Counted before the row goes: whoever sees it gone sees it counted.
+        Counters::bump(&self.counters.invalidations);
         self.flights
             .overtake(key, || self.rows.remove_older(key, version));
         self.rows.collect_if_due();
-        Counters::bump(&self.counters.invalidations);
         tracing::debug!(
             table = self.spec.name,
             id = %RawId::new(T::KIND, key),
