@@ -8,16 +8,11 @@
 //! [`Builder::open`](echo_cache::Builder::open) naming its own tables,
 //! and kinds and table names are unique across the modules.
 //!
-//! Binaries of their own:
-//! - what needs the process or the directory as it is: `metrics.rs` (a
-//!   global recorder), `lifecycle.rs` (counts the process's threads),
-//!   `directory.rs` and `conflict_*.rs` (the whole directory),
-//!   `quickstart.rs` and `codemojex*.rs` (programs that open every table
-//!   they link), `expansion_lints.rs` (crate-wide lints);
-//! - `coherence.rs`, the modules of `suite/coherence/`: inside this binary
-//!   their property test of versioned tracking writes sees node B count 0
-//!   or 2 invalidations of a key for 1 in about half the runs, and never
-//!   in a binary of their own. Not explained yet.
+//! Binaries of their own: what needs the process or the directory as it
+//! is: `metrics.rs` (a global recorder), `lifecycle.rs` (counts the
+//! process's threads), `directory.rs` and `conflict_*.rs` (the whole
+//! directory), `quickstart.rs` and `codemojex*.rs` (programs that open
+//! every table they link), `expansion_lints.rs` (crate-wide lints).
 //!
 //! The UI tests (trybuild) are a package of their own, `tests/ui`.
 
@@ -28,6 +23,7 @@ mod coherence_support;
 
 mod batch;
 mod cluster;
+mod coherence;
 mod coherence_durable;
 mod coherence_outage;
 mod coherence_races;
