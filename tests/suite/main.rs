@@ -37,6 +37,7 @@ mod eviction;
 mod expiry;
 mod herd;
 mod ids;
+mod inspect;
 mod l2;
 mod l2_connect;
 mod l2_outage;
