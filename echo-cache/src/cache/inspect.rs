@@ -116,7 +116,6 @@ impl Cache {
     /// # Ok(())
     /// # }
     /// ```
-    #[must_use]
     pub fn snapshot<T: Cached>(&self) -> Snapshot<'_, T> {
         Snapshot {
             table: self.table::<T>(),

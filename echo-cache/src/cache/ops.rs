@@ -54,21 +54,19 @@ impl Cache {
     /// (it names the open ones).
     pub fn table_ops(&self, name: &str) -> Result<TableOps, Error> {
         let mut tables = open_tables(&self.inner.tables);
-        match tables.find(|table| table.spec().name() == name) {
-            Some(table) => Ok(TableOps {
+        if let Some(table) = tables.find(|table| table.spec().name() == name) {
+            return Ok(TableOps {
                 table: Arc::clone(table),
-            }),
-            None => {
-                let mut open: Vec<&'static str> = open_tables(&self.inner.tables)
-                    .map(|table| table.spec().name())
-                    .collect();
-                open.sort_unstable();
-                Err(Error::NoTable {
-                    name: Arc::from(name),
-                    open: Arc::from(open),
-                })
-            }
+            });
         }
+        let mut open: Vec<&'static str> = open_tables(&self.inner.tables)
+            .map(|table| table.spec().name())
+            .collect();
+        open.sort_unstable();
+        Err(Error::NoTable {
+            name: Arc::from(name),
+            open: Arc::from(open),
+        })
     }
 }
 

@@ -21,6 +21,7 @@ use std::hash::BuildHasher;
 use std::sync::Arc;
 
 use super::evict::heat;
+use super::sketch::Sketch;
 use super::slot::{MAX_EXPIRY, mark_of};
 use super::{Array, Live, Rows, SEQ_BITS, Slot, absent, is_row, same_write, share};
 use crate::l1::epoch::{self, Pin};
@@ -219,8 +220,11 @@ impl<T> Rows<T> {
         for (i, shard) in self.shards.iter().enumerate() {
             {
                 let tally = shard.lock();
-                bytes += tally.sketch.as_ref().map_or(0, |s| s.bytes());
-                bytes += tally.probation.as_ref().map_or(0, |p| p.bytes());
+                bytes += tally.sketch.as_ref().map_or(0, Sketch::bytes);
+                bytes += tally
+                    .probation
+                    .as_ref()
+                    .map_or(0, |probation| probation.bytes());
             }
             let pin = epoch::pin();
             let Some(array) = self.pinned_array(&pin, i) else {

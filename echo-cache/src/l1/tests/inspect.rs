@@ -27,7 +27,7 @@ fn a_peek_leaves_the_mark_and_the_refresh_bit_as_they_were() {
     assert_eq!(peek(850), Some(1));
     let mut started = None;
     let live = rows.get(&epoch::pin(), keys[0], 850, |version| {
-        started = Some(version)
+        started = Some(version);
     });
     assert_eq!(live.map(|live| live.version), Some(1));
     assert_eq!(started, Some(1), "the first hit starts the refresh");
