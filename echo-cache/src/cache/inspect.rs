@@ -4,6 +4,7 @@
 //! and [`Cache::figures`]. See [Inspection](crate#inspection).
 
 use std::fmt;
+use std::iter::FusedIterator;
 use std::sync::Arc;
 
 use super::Cache;
@@ -236,6 +237,8 @@ impl<T: Cached> Iterator for Snapshot<'_, T> {
         }
     }
 }
+
+impl<T: Cached> FusedIterator for Snapshot<'_, T> {}
 
 impl<T: Cached> fmt::Debug for Snapshot<'_, T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

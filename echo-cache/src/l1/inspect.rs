@@ -86,6 +86,11 @@ fn arc_bytes<T>() -> usize {
         .map_or(0, |(layout, _)| layout.pad_to_align().size())
 }
 
+/// The order of [`Rows::hottest`]: the hotter first, then by key.
+fn hotter_first(a: &(u64, u8), b: &(u64, u8)) -> std::cmp::Ordering {
+    b.1.cmp(&a.1).then(a.0.cmp(&b.0))
+}
+
 impl<T> Rows<T> {
     /// The array of shard `shard`, if it has one, loaded under `_pin`.
     fn pinned_array(&self, _pin: &Pin, shard: usize) -> Option<Array<T>> {
@@ -167,11 +172,11 @@ impl<T> Rows<T> {
             };
             self.heat_of_shard(i, now, estimate, &mut hot);
             if hot.len() > n {
-                hot.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+                hot.sort_unstable_by(hotter_first);
                 hot.truncate(n);
             }
         }
-        hot.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        hot.sort_unstable_by(hotter_first);
         hot.truncate(n);
         hot
     }
