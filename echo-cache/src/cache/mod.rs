@@ -25,7 +25,6 @@ use tokio::sync::watch;
 
 use crate::clock::{Clock, millis};
 use crate::entity::id::{IdOf, RawId};
-use crate::entity::mint::Minter;
 use crate::entity::spec::{Cached, TableSpec};
 use crate::error::Error;
 use crate::report::roster::{Readiness, TableInfo};
@@ -366,9 +365,9 @@ impl Cache {
     /// [`Error::NotDelivered`] if the table is `durable` and the
     /// invalidation could not be recorded for the other nodes.
     pub async fn invalidate<T: Cached>(&self, id: impl IdOf<T>) -> Result<RawId, Error> {
-        let version = Minter::global().mint_raw(T::KIND);
-        self.invalidate_at(id, version).await?;
-        Ok(version)
+        self.table::<T>()
+            .invalidate_fresh(id.__id().payload())
+            .await
     }
 
     /// Invalidates `id` at `version`: the version of the write that made the

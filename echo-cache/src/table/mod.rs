@@ -38,7 +38,6 @@ use tokio::sync::{Notify, watch};
 use crate::clock::Clock;
 use crate::coherence::Announcer;
 use crate::entity::id::RawId;
-use crate::entity::mint::Minter;
 use crate::entity::spec::{Cached, TableSpec};
 use crate::error::Error;
 use crate::l1::{self, Rows};
@@ -245,11 +244,7 @@ impl<T: Cached> AnyTable for Table<T> {
     }
 
     fn invalidate_key(self: Arc<Self>, key: u64) -> BoxFuture<'static, Result<RawId, Error>> {
-        Box::pin(async move {
-            let version = Minter::global().mint_raw(T::KIND);
-            Table::invalidate(&self, key, &version).await?;
-            Ok(version)
-        })
+        Box::pin(async move { self.invalidate_fresh(key).await })
     }
 
     fn hottest(&self, n: usize) -> Vec<(u64, u8)> {
