@@ -1,6 +1,8 @@
 //! The codemojex workshop with `--metrics`: its Prometheus endpoint, scraped
 //! over HTTP after the four moves, shows every table's series per node,
-//! with counts that agree with what the moves measured.
+//! with counts that agree with what the moves measured; its JSON view,
+//! `GET /tables`, shows each node's tables with their figures and hottest
+//! ids, agreeing with the scrape.
 //!
 //! A binary of its own: the endpoint installs the process's one `metrics`
 //! recorder.
@@ -20,19 +22,26 @@ struct Sample {
     value: f64,
 }
 
-/// The body of `GET /metrics` at `addr`.
-async fn scrape(addr: SocketAddr) -> String {
+/// The status line and body of `GET path` at `addr`.
+async fn get(addr: SocketAddr, path: &str) -> (String, String) {
     let mut conn = TcpStream::connect(addr)
         .await
         .expect("the endpoint listens");
-    conn.write_all(b"GET /metrics HTTP/1.0\r\n\r\n")
+    conn.write_all(format!("GET {path} HTTP/1.0\r\n\r\n").as_bytes())
         .await
         .unwrap();
     let mut response = String::new();
     conn.read_to_string(&mut response).await.unwrap();
     let (head, body) = response.split_once("\r\n\r\n").expect("an HTTP response");
-    assert!(head.starts_with("HTTP/1.0 200"), "{head}");
-    body.to_owned()
+    let status = head.lines().next().unwrap_or_default().to_owned();
+    (status, body.to_owned())
+}
+
+/// The body of `GET /metrics` at `addr`.
+async fn scrape(addr: SocketAddr) -> String {
+    let (status, body) = get(addr, "/metrics").await;
+    assert!(status.starts_with("HTTP/1.0 200"), "{status}");
+    body
 }
 
 /// The samples of a Prometheus text rendering (`name{k="v",...} value`).
@@ -78,7 +87,7 @@ fn value(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> f64 {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_metrics_endpoint_shows_every_table_per_node() {
+async fn the_endpoints_show_every_table_per_node() {
     let addr = codemojex::metrics::serve("127.0.0.1:0".parse().unwrap())
         .await
         .expect("a free loopback port");
@@ -128,6 +137,7 @@ async fn the_metrics_endpoint_shows_every_table_per_node() {
             assert!(rows > 0.0, "{node} {table:?}: {rows} rows");
         }
     }
+    check_tables_view(addr, &samples).await;
     // The series of the games on node a, as a reader of the endpoint sees
     // them.
     assert!(
@@ -138,4 +148,54 @@ async fn the_metrics_endpoint_shows_every_table_per_node() {
                 && line.contains(r#"source="hit""#)),
         "{body}"
     );
+}
+
+/// `GET /tables`: each node's tables, as JSON, with figures that agree
+/// with the scrape's rows and counters.
+async fn check_tables_view(addr: SocketAddr, samples: &[Sample]) {
+    let (status, body) = get(addr, "/tables").await;
+    assert!(status.starts_with("HTTP/1.0 200"), "{status}");
+    let view: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+    let nodes = view["nodes"].as_array().expect("nodes");
+    let names: Vec<&str> = nodes.iter().map(|n| n["node"].as_str().unwrap()).collect();
+    assert_eq!(names, ["a", "b"], "{body}");
+    for node in nodes {
+        let name = node["node"].as_str().unwrap();
+        let tables = node["tables"].as_array().expect("tables");
+        let table_names: Vec<&str> = tables.iter().map(|t| t["name"].as_str().unwrap()).collect();
+        assert_eq!(
+            table_names,
+            ["cm_emojisets", "cm_games", "cm_sessions"],
+            "{body}"
+        );
+        for table in tables {
+            let table_name = table["name"].as_str().unwrap();
+            let spec = echo_cache::spec(table_name).expect("declared");
+            assert_eq!(table["kind"], spec.kind().as_str());
+            assert_eq!(table["health"], "Serving", "{body}");
+            let number =
+                |v: &serde_json::Value| v.as_u64().unwrap_or_else(|| panic!("{v} in {body}"));
+            let (stats, figures) = (&table["stats"], &table["figures"]);
+            let labels = [("node", name), ("table", table_name), ("source", "hit")];
+            let hits = value(samples, "echo_cache_fetches_total", &labels);
+            assert_eq!(number(&stats["hits"]) as f64, hits, "{name} {table_name}");
+            let rows = number(&figures["rows"]);
+            assert!(rows > 0, "{name} {table_name}: {figures}");
+            assert_eq!(rows + number(&figures["dead"]), number(&stats["size"]));
+            assert_eq!(number(&figures["absent"]), 0, "the moves read what exists");
+            assert!(number(&figures["bytes"]) >= rows * 32, "{figures}");
+            // A row lives its TTL, give or take half of it at most.
+            let next = number(&figures["next_expiry_ms"]);
+            assert!(next > 0 && next <= spec.ttl_ms() * 3 / 2, "{figures}");
+            let hottest = table["hottest"].as_array().expect("hottest");
+            assert!(hottest.len() <= codemojex::metrics::HOTTEST);
+            for hot in hottest {
+                let id: echo_cache::RawId = hot["id"].as_str().unwrap().parse().expect("an id");
+                assert_eq!(id.kind(), spec.kind());
+                assert!((1..=16).contains(&number(&hot["heat"])), "{hot}");
+            }
+        }
+    }
+    let (status, _) = get(addr, "/nothing").await;
+    assert!(status.starts_with("HTTP/1.0 404"), "{status}");
 }

@@ -121,6 +121,25 @@ pub enum Error {
     },
     /// The cache was configured with an invalid setting.
     Config(String),
+    /// No table of this cache has the name given to
+    /// [`Cache::table_ops`](crate::Cache::table_ops): no declaration has
+    /// it, or the cache left it closed ([`Builder::open`](crate::Builder::open)).
+    NoTable {
+        /// The name given.
+        name: Arc<str>,
+        /// The names of the cache's open tables, sorted.
+        open: Arc<[&'static str]>,
+    },
+    /// Text given as an id of a table (to
+    /// [`TableOps::invalidate`](crate::TableOps::invalidate)) is not an
+    /// id of the table's kind.
+    BadId {
+        /// The table.
+        table: &'static str,
+        /// Why: the text is not an id ([`IdError::Shape`](crate::IdError::Shape)), or an id of
+        /// another kind ([`IdError::Kind`](crate::IdError::Kind)).
+        source: crate::entity::kind::IdError,
+    },
 }
 
 impl fmt::Display for Error {
@@ -156,6 +175,15 @@ impl fmt::Display for Error {
             ),
             Error::MissingLoader { tables } => missing_loader(f, tables),
             Error::Config(what) => write!(f, "invalid cache configuration: {what}"),
+            Error::NoTable { name, open } => {
+                write!(f, "no table named {name:?} in this cache (its tables: ")?;
+                for (i, open) in open.iter().enumerate() {
+                    let comma = if i == 0 { "" } else { ", " };
+                    write!(f, "{comma}{open}")?;
+                }
+                f.write_str(")")
+            }
+            Error::BadId { table, source } => write!(f, "{table}: {source}"),
         }
     }
 }
@@ -193,6 +221,7 @@ impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             Error::Load { source, .. } => Some(&**source),
+            Error::BadId { source, .. } => Some(source),
             _ => None,
         }
     }

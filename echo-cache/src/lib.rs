@@ -22,7 +22,7 @@ mod table;
 
 pub use cache::directory::{declared, spec};
 pub use cache::fetch::Fetch;
-pub use cache::{Builder, Cache};
+pub use cache::{Builder, Cache, Snapshot, TableOps};
 pub use clock::Clock;
 pub use entity::id::{ID_LEN, Id, IdOf, RawId, newer};
 pub use entity::kind::{IdError, Kind};
@@ -30,6 +30,7 @@ pub use entity::mint::{EPOCH_MS, MAX_NODE, Minter};
 pub use entity::spec::{Cached, Coherence, Eviction, Placement, TableSpec};
 pub use error::{BoxError, Error};
 pub use l2::{Codec, Postcard};
+pub use report::figures::{Figures, Hot};
 pub use report::roster::{Health, TableInfo};
 pub use report::stats::Stats;
 pub use table::fetched::{Fetched, Source};

@@ -61,7 +61,8 @@ pub struct Args {
     #[arg(long, value_name = "N", default_value_t = 20, requires = "serve",
           value_parser = clap::value_parser!(u32).range(0..=1_000))]
     pub revocations: u32,
-    /// Serve the caches' metrics for Prometheus at http://ADDR/metrics (e.g. 127.0.0.1:9464)
+    /// Serve the caches' metrics for Prometheus at http://ADDR/metrics (e.g. 127.0.0.1:9464), and
+    /// their tables (figures, hottest ids) as JSON at http://ADDR/tables
     #[arg(long, value_name = "ADDR", value_parser = listen_addr)]
     pub metrics: Option<SocketAddr>,
 }
@@ -137,7 +138,7 @@ async fn run(args: Args, server: Option<OwnServer>) -> Result<bool, Failure> {
         let addr = crate::metrics::serve(addr)
             .await
             .map_err(|err| format!("--metrics {addr}: {err}"))?;
-        println!("metrics: http://{addr}/metrics");
+        println!("metrics: http://{addr}/metrics, tables: http://{addr}/tables");
     }
     if args.serve {
         let store = crate::open_store(&db)?;

@@ -105,6 +105,7 @@ pub async fn nodes(store: &Store, l2: Option<&str>) -> Result<(Node, Node), Fail
         Node::open("a", store, options.clone())?,
         Node::open("b", store, options)?,
     );
+    metrics::show(&[(a.name, &a.cache), (b.name, &b.cache)]);
     let ready = async {
         a.cache.ready().await;
         b.cache.ready().await;

@@ -33,6 +33,7 @@ mod eviction;
 mod expiry;
 mod herd;
 mod ids;
+mod inspect;
 mod invalidate_all;
 mod l2;
 mod l2_connect;

@@ -5,10 +5,14 @@ mod builder;
 pub(crate) mod claim;
 pub(crate) mod directory;
 pub(crate) mod fetch;
+mod inspect;
 mod maintenance;
+mod ops;
 mod tasks;
 
 pub use builder::Builder;
+pub use inspect::Snapshot;
+pub use ops::TableOps;
 
 use std::any::TypeId;
 use std::future::Future;
@@ -362,9 +366,9 @@ impl Cache {
     /// [`Error::NotDelivered`] if the table is `durable` and the
     /// invalidation could not be recorded for the other nodes.
     pub async fn invalidate<T: Cached>(&self, id: impl IdOf<T>) -> Result<RawId, Error> {
-        let version = Minter::global().mint_raw(T::KIND);
-        self.invalidate_at(id, version).await?;
-        Ok(version)
+        self.table::<T>()
+            .invalidate_fresh(id.__id().payload())
+            .await
     }
 
     /// Invalidates `id` at `version`: the version of the write that made the
@@ -450,7 +454,9 @@ impl Cache {
     }
 
     /// The live roster: every table with its spec, counters and health,
-    /// sorted by table name.
+    /// sorted by table name. An operator acts on a table by its name with
+    /// [`table_ops`](Self::table_ops): flush it, invalidate an id given as
+    /// text, list its hottest ids, count its rows and bytes.
     #[must_use]
     pub fn tables(&self) -> Vec<TableInfo> {
         let mut roster: Vec<TableInfo> = open_tables(&self.inner.tables)

@@ -136,6 +136,15 @@ fn rank(estimate: u8, mark: u8) -> u8 {
         .unwrap_or(0)
 }
 
+/// How hot a live row is, as the policy ranks it ([`Rows::hottest`]):
+/// its [`rank`] (the sketch's `estimate` of its id, decayed for the hand's
+/// passes unread), plus one if it was read since the hand last passed,
+/// which the hand will count when it next passes. At most 16.
+pub(super) fn heat(estimate: u8, mark: u8) -> u8 {
+    let mark = mark & !REFRESHING;
+    rank(estimate, mark) + u8::from(mark == READ)
+}
+
 /// Whether an id asked for `estimate` times lately takes the place of
 /// `victim` (ranked by [`rank`]): only ids asked for twice (a one-off,
 /// say a scan, never evicts a ranked row), three times against a decayed
@@ -202,6 +211,11 @@ pub(super) struct Probation {
 }
 
 impl Probation {
+    /// The bytes it holds: its queue's ids, and itself.
+    pub(super) fn bytes(&self) -> usize {
+        size_of::<Probation>() + self.ids.capacity() * size_of::<u64>()
+    }
+
     /// The rows it holds at most, `most` at most.
     fn len(&self, most: usize) -> usize {
         (1 + self.eighths / 8).min(most)

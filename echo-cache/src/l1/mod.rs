@@ -155,6 +155,7 @@ mod array;
 pub(crate) mod epoch;
 mod evict;
 mod expiry;
+mod inspect;
 pub(crate) mod sketch;
 mod slot;
 mod write;

@@ -38,6 +38,7 @@ const SEEDS: [u64; 4] = [
     0xD6E8_FEB8_6659_FD93,
 ];
 
+#[derive(Clone)]
 pub(crate) struct Sketch {
     /// Four rows of `width` counters, sixteen to a word.
     words: Box<[u64]>,
@@ -61,6 +62,11 @@ impl Sketch {
             added: 0,
             sample: rows * SAMPLE_PER_ROW,
         }
+    }
+
+    /// The bytes it holds: its counters, and itself.
+    pub(crate) fn bytes(&self) -> usize {
+        size_of::<Sketch>() + size_of_val(&*self.words)
     }
 
     /// The word and the shift of the counter of `hash` in row `row`.

@@ -1,7 +1,9 @@
 //! What a cache tells of itself: each table's [counters](stats), the live
-//! [roster](roster) of tables and their health, and, with the `metrics`
+//! [roster](roster) of tables and their health, the [figures](figures) of
+//! a table's rows and its hottest ids, and, with the `metrics`
 //! feature, the same figures through the `metrics` facade.
 
+pub(crate) mod figures;
 #[cfg(feature = "metrics")]
 pub(crate) mod metrics;
 pub(crate) mod roster;

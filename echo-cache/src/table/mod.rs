@@ -31,6 +31,7 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+use futures_util::future::BoxFuture;
 use tokio::runtime::Handle;
 use tokio::sync::{Notify, watch};
 
@@ -41,6 +42,7 @@ use crate::entity::spec::{Cached, TableSpec};
 use crate::error::Error;
 use crate::l1::{self, Rows};
 use crate::l2::Tier;
+use crate::report::figures::Figures;
 use crate::report::roster::{Health, Readiness, TableInfo};
 use crate::report::stats::{Counters, Stats, Striped};
 use crate::table::backlog::Backlog;
@@ -56,6 +58,7 @@ mod batch;
 pub(crate) mod fetched;
 pub(crate) mod flight;
 pub(crate) mod grace;
+mod inspect;
 mod land;
 mod loader;
 mod open;
@@ -249,5 +252,21 @@ impl<T: Cached> AnyTable for Table<T> {
 
     fn into_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync> {
         self
+    }
+
+    fn flush_l1(&self) {
+        Table::flush(self);
+    }
+
+    fn invalidate_key(self: Arc<Self>, key: u64) -> BoxFuture<'static, Result<RawId, Error>> {
+        Box::pin(async move { self.invalidate_fresh(key).await })
+    }
+
+    fn hottest(&self, n: usize) -> Vec<(u64, u8)> {
+        Table::hottest(self, n)
+    }
+
+    fn figures(&self) -> Figures {
+        Table::figures(self)
     }
 }

@@ -8,6 +8,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures_util::future::BoxFuture;
 use tokio::runtime::Handle;
 use tokio::sync::Notify;
 
@@ -17,9 +18,12 @@ use super::{Declared, Loader, Table};
 use crate::clock::Clock;
 use crate::coherence::{Announcer, Target};
 use crate::connections::Server;
+use crate::entity::id::RawId;
 use crate::entity::spec::{Coherence, TableSpec};
+use crate::error::Error;
 use crate::l1::{self, Rows};
 use crate::l2::{Codec, Postcard, Tier};
+use crate::report::figures::Figures;
 use crate::report::roster::{Readiness, TableInfo};
 use crate::report::stats::{Counters, Striped};
 use crate::table::backlog::Backlog;
@@ -84,6 +88,16 @@ pub(crate) trait AnyTable: Target {
     #[cfg(feature = "metrics")]
     fn publish_metrics(&self);
     fn into_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync>;
+    /// Drops every row of L1, as [`Cache::flush`](crate::Cache::flush).
+    fn flush_l1(&self);
+    /// Invalidates `key` under a fresh version, as
+    /// [`Cache::invalidate`](crate::Cache::invalidate); the version.
+    fn invalidate_key(self: Arc<Self>, key: u64) -> BoxFuture<'static, Result<RawId, Error>>;
+    /// The keys of the `n` live rows the eviction policy ranks hottest,
+    /// with their heat, the hottest first.
+    fn hottest(&self, n: usize) -> Vec<(u64, u8)>;
+    /// The table's figures now.
+    fn figures(&self) -> Figures;
 }
 
 /// An opened table, or the spec of a table refused for want of a loader.

@@ -64,6 +64,13 @@ impl<T: Cached> Table<T> {
         Ok(version)
     }
 
+    /// Invalidates `key` under a version minted now, which it returns.
+    pub(crate) async fn invalidate_fresh(&self, key: u64) -> Result<RawId, Error> {
+        let version = Minter::global().mint_raw(T::KIND);
+        self.invalidate(key, &version).await?;
+        Ok(version)
+    }
+
     /// Invalidates `key` at `version`: this node's L1 first (a flight under
     /// way will not install), then L2, then the announcement to other nodes.
     /// A version's kind is no part of its order: one of another kind is

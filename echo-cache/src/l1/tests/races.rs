@@ -39,8 +39,9 @@ impl Drop for Word {
     }
 }
 
-/// Readers against writers that replace, remove, grow (rebuild),
-/// clear, sweep and collect, all at once. Small enough under Miri
+/// Readers (hits, and an operator's peeks and walks) against writers
+/// that replace, remove, grow (rebuild), clear, sweep and collect, all at
+/// once. Small enough under Miri
 /// (`scripts/miri`) to check every access for races and
 /// use-after-free; large natively and under the address sanitizer
 /// (`scripts/sanitize`).
@@ -85,15 +86,17 @@ fn readers_see_whole_rows_while_writers_rewrite_and_free_them() {
                 finished.fetch_add(1, Relaxed);
             });
         }
-        for _ in 0..2 {
+        for reader in 0..2 {
             let (rows, finished) = (&rows, &finished);
             s.spawn(move || {
                 while finished.load(Relaxed) < 2 {
-                    for key in 0..KEYS {
-                        if let Some(live) = rows.get(&epoch::pin(), key, 0, |_| ()) {
-                            let word = live.value.expect("rows with values only");
-                            word.assert_whole(key, live.version);
-                        }
+                    if reader == 0 {
+                        read_each_key(KEYS, |key| rows.get(&epoch::pin(), key, 0, |_| ()));
+                    } else {
+                        // The operator's reads: a peek of each key, and
+                        // walks of every shard.
+                        read_each_key(KEYS, |key| rows.peek(&epoch::pin(), key, 0));
+                        walk(rows);
                     }
                     // Miri runs one thread at a time: let the writers on.
                     std::thread::yield_now();
@@ -107,6 +110,34 @@ fn readers_see_whole_rows_while_writers_rewrite_and_free_them() {
     );
     drop(rows);
     assert_eq!(drops.load(Relaxed), made.load(Relaxed), "each freed once");
+}
+
+/// Reads each key of `0..keys` with `read`, checking each row it finds.
+fn read_each_key(keys: u64, read: impl Fn(u64) -> Option<Live<Word>>) {
+    for key in 0..keys {
+        if let Some(live) = read(key) {
+            let word = live.value.expect("rows with values only");
+            word.assert_whole(key, live.version);
+        }
+    }
+}
+
+/// Walks every shard of `rows` as an operator does (the values, the
+/// hottest, the figures), checking each row it finds.
+fn walk(rows: &Rows<Word>) {
+    let mut seen = std::collections::HashSet::new();
+    for shard in 0.. {
+        let Some(values) = rows.values_of_shard(shard, 0) else {
+            break;
+        };
+        for (key, word, version) in values {
+            word.assert_whole(key, version);
+            assert!(seen.insert(key), "key {key} walked twice");
+        }
+    }
+    let census = rows.census(0);
+    assert!(census.live + census.dead <= 256, "{census:?}");
+    assert!(rows.hottest(4, 0).len() <= 4);
 }
 
 /// Readers against writers that fill a full table that evicts: each
