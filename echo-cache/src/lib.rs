@@ -26,6 +26,7 @@ pub use cache::{Builder, Cache};
 pub use clock::Clock;
 pub use entity::id::{ID_LEN, Id, IdOf, RawId, newer};
 pub use entity::kind::{IdError, Kind};
+pub use entity::limits::Limits;
 pub use entity::mint::{EPOCH_MS, MAX_NODE, Minter};
 pub use entity::spec::{Cached, Coherence, Eviction, Placement, TableSpec};
 pub use error::{BoxError, Error};
