@@ -33,6 +33,7 @@ pub use error::{BoxError, Error};
 pub use l2::{Codec, Postcard};
 pub use report::roster::{Health, TableInfo};
 pub use report::stats::Stats;
+pub use table::compute::Change;
 pub use table::fetched::{Fetched, Source};
 
 /// The attribute that declares a cache: see the

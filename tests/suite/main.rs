@@ -31,6 +31,7 @@ mod cluster;
 mod coherence_durable;
 mod coherence_outage;
 mod coherence_races;
+mod compute;
 mod deadline;
 mod entry_ttl;
 mod eviction;
