@@ -131,6 +131,7 @@ impl Cache {
     /// # Errors
     ///
     /// As [`compute`](Self::compute).
+    #[allow(clippy::missing_panics_doc)] // a put answers the value it wrote
     pub async fn upsert<T: Cached>(
         &self,
         id: impl IdOf<T>,
