@@ -26,6 +26,7 @@ pub use cache::{Builder, Cache, Snapshot, TableOps};
 pub use clock::Clock;
 pub use entity::id::{ID_LEN, Id, IdOf, RawId, newer};
 pub use entity::kind::{IdError, Kind};
+pub use entity::limits::Limits;
 pub use entity::mint::{EPOCH_MS, MAX_NODE, Minter};
 pub use entity::spec::{Cached, Coherence, Eviction, Placement, TableSpec};
 pub use error::{BoxError, Error};
@@ -33,6 +34,7 @@ pub use l2::{Codec, Postcard};
 pub use report::figures::{Figures, Hot};
 pub use report::roster::{Health, TableInfo};
 pub use report::stats::Stats;
+pub use table::compute::Change;
 pub use table::fetched::{Fetched, Source};
 
 /// The attribute that declares a cache: see the

@@ -19,7 +19,8 @@ use crate::l1;
 /// the cache is dropped.
 ///
 /// The thread sleeps until its next duty: the clock's tick is 1% of the
-/// shortest TTL declared (absence TTLs included), between 1 ms and
+/// shortest TTL of the tables open (absence TTLs included; the limits in
+/// force, see [`Builder::limits`](crate::Builder::limits)), between 1 ms and
 /// [`MAX_TICK`], so an idle cache of 10-minute rows wakes ten times a second,
 /// not a thousand; finer while rows with deadlines of their own ask for it
 /// (see [`Clock::follow`]), which wakes it. A manual clock needs no tick at
@@ -29,14 +30,18 @@ pub(super) fn spawn_maintenance(
     cache: Weak<Inner>,
     woken: mpsc::Receiver<()>,
 ) -> Result<(), Error> {
-    let Some((clock, wake)) = cache.upgrade().map(|c| (c.clock.clone(), c.wake.clone())) else {
+    let Some(inner) = cache.upgrade() else {
         return Ok(());
     };
+    let (clock, wake) = (inner.clock.clone(), inner.wake.clone());
     // A manual clock is not ticked: the thread still wakes to free garbage.
     let manual = clock.is_manual();
     if !manual {
-        clock.ticked_by(tick_of(DECLARATIONS.iter().map(|decl| &decl.spec)), wake);
+        // By the limits in force of the tables open (see `Builder::limits`).
+        let specs = super::open_tables(&inner.tables).map(|table| table.spec());
+        clock.ticked_by(tick_of(specs), wake);
     }
+    drop(inner);
     let start = Instant::now();
     let mut next_sweeps: Vec<Instant> = DECLARATIONS
         .iter()
@@ -104,7 +109,7 @@ pub(super) fn spawn_maintenance(
 
 /// The clock's tick: 1% of the shortest lifetime a row may be drawn, within
 /// 1 ms..=[`MAX_TICK`].
-pub(super) fn tick_of<'a>(specs: impl Iterator<Item = &'a TableSpec>) -> Duration {
+pub(super) fn tick_of(specs: impl Iterator<Item = &'static TableSpec>) -> Duration {
     let shortest = specs
         .flat_map(|spec| {
             [spec.ttl_ms, spec.absent_ttl_ms].map(|ttl| l1::shortest_lifetime(ttl, spec.jitter))

@@ -3,6 +3,7 @@
 
 mod builder;
 pub(crate) mod claim;
+mod compute;
 pub(crate) mod directory;
 pub(crate) mod fetch;
 mod inspect;
@@ -304,7 +305,7 @@ impl Cache {
     /// invalidation could not be recorded for the other nodes.
     pub async fn put<T: Cached>(&self, id: impl IdOf<T>, value: T) -> Result<RawId, Error> {
         self.table::<T>()
-            .put(id.__id().payload(), value, u64::MAX)
+            .put(id.__id().payload(), Arc::new(value), u64::MAX)
             .await
     }
 
@@ -350,7 +351,7 @@ impl Cache {
     ) -> Result<RawId, Error> {
         let life_ms = millis(ttl);
         self.table::<T>()
-            .put(id.__id().payload(), value, life_ms)
+            .put(id.__id().payload(), Arc::new(value), life_ms)
             .await
     }
 

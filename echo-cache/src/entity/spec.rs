@@ -343,7 +343,9 @@ pub trait Cached: Serialize + DeserializeOwned + Send + Sync + 'static {
     #[doc(hidden)]
     fn __spec() -> &'static TableSpec;
 
-    /// The declared specification of this type's table.
+    /// The declared specification of this type's table. A cache may run
+    /// it with other limits ([`Builder::limits`](crate::Builder::limits)):
+    /// [`Cache::tables`](crate::Cache::tables) shows those in force.
     #[must_use]
     fn spec() -> &'static TableSpec {
         Self::__spec()

@@ -57,7 +57,9 @@ pub enum Health {
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct TableInfo {
-    /// What the table declared.
+    /// The table's spec in force: what it declared, with the limits the
+    /// builder set in place of the declared ones
+    /// ([`Builder::limits`](crate::Builder::limits)).
     pub spec: &'static TableSpec,
     /// Its counters now.
     pub stats: Stats,

@@ -22,6 +22,9 @@ pub enum Source {
     /// grace (`stale_if_error_ms`), never after an invalidation of the id.
     /// See [Serving stale](crate#serving-stale-while-the-store-fails).
     Stale,
+    /// The value a [`Cache::compute`](crate::Cache::compute) (or
+    /// [`upsert`](crate::Cache::upsert)) just wrote; never a fetch's.
+    Put,
 }
 
 /// A value read through the cache.
@@ -100,11 +103,13 @@ impl<T> Fetched<T> {
         const HIT: usize = Source::Hit as usize;
         const L2: usize = Source::L2 as usize;
         const FILL: usize = Source::Fill as usize;
+        const STALE: usize = Source::Stale as usize;
         match self.source {
             HIT => Source::Hit,
             L2 => Source::L2,
             FILL => Source::Fill,
-            _ => Source::Stale,
+            STALE => Source::Stale,
+            _ => Source::Put,
         }
     }
 }

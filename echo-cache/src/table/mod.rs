@@ -15,6 +15,10 @@
 //! [`batch`] runs these steps for many ids at once: each id still has its
 //! flight, and the flights one call leads resolve together.
 //!
+//! [`compute`] reads an id's value as a miss does, and writes a closure's
+//! decision on it as a put or an invalidation does, one compute of an id
+//! at a time ([`turns`]).
+//!
 //! A hit on a row due for refresh ([`Table::refresh`]) starts a flight of
 //! its own that no caller waits for: the loader (not L2, whose frame is the
 //! one the row was filled from, or older), then the landing, under the same
@@ -51,10 +55,12 @@ use crate::table::flight::Flights;
 use crate::table::grace::Grace;
 use crate::table::stale::Failsafe;
 use applied::Applied;
+use turns::Turns;
 
 pub(crate) mod applied;
 pub(crate) mod backlog;
 mod batch;
+pub(crate) mod compute;
 pub(crate) mod fetched;
 pub(crate) mod flight;
 pub(crate) mod grace;
@@ -65,6 +71,7 @@ mod open;
 mod read;
 pub(crate) mod stale;
 mod trust;
+mod turns;
 mod write;
 
 use land::{Detachable, Joining, Landing, panic_message};
@@ -116,6 +123,8 @@ pub(crate) struct Table<T> {
     backlog_kick: Arc<Notify>,
     /// Serving stale while the loader fails (`stale_if_error_ms`).
     failsafe: Failsafe,
+    /// One compute at a time per id.
+    turns: Turns,
     /// The keys of the table's metrics.
     #[cfg(feature = "metrics")]
     metrics: crate::report::metrics::Keys,

@@ -162,6 +162,7 @@ pub(crate) fn open<T: Declared>(spec: &'static TableSpec, shared: &Shared) -> Op
         backlog: Backlog::new(shared.backlog_limit),
         backlog_kick: Arc::clone(&shared.backlog_kick),
         failsafe: Failsafe::new(spec.stale_if_error_ms),
+        turns: super::turns::Turns::new(),
         #[cfg(feature = "metrics")]
         metrics: crate::report::metrics::Keys::new(spec.name, shared.metrics_node.as_ref()),
         batch,

@@ -19,7 +19,7 @@ impl<T: Cached> Table<T> {
     /// (`u64::MAX`: as the table says): L2 (if no newer version is there),
     /// then this node's L1, then the announcement to other nodes. A flight
     /// of `key` under way will not install its (older) value.
-    pub(crate) async fn put(&self, key: u64, value: T, life_ms: u64) -> Result<RawId, Error> {
+    pub(crate) async fn put(&self, key: u64, value: Arc<T>, life_ms: u64) -> Result<RawId, Error> {
         let version = Minter::global().mint_raw(T::KIND);
         let span = self.write_span("put", key, &version);
         let deadline = self.deadline(life_ms);
@@ -31,7 +31,7 @@ impl<T: Cached> Table<T> {
     pub(super) async fn put_at(
         &self,
         key: u64,
-        value: T,
+        value: Arc<T>,
         deadline: u64,
         version: RawId,
     ) -> Result<RawId, Error> {
@@ -51,7 +51,7 @@ impl<T: Cached> Table<T> {
             None => true,
         };
         let now = self.clock.now_ms();
-        let row = self.row(Some(Arc::new(value)), version.payload(), now, deadline);
+        let row = self.row(Some(value), version.payload(), now, deadline);
         self.rows.make_room(now);
         let declined = self.flights.overtake(key, || {
             self.rows.remove_older(key, None);

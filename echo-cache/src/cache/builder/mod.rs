@@ -1,5 +1,6 @@
 //! Building a cache: the [`Builder`]'s settings of the node (L2, clock,
-//! timeouts; what each table gets is in [`tables`]), checked, and
+//! timeouts; what each table gets is in [`tables`], its limits in
+//! [`limits`]), checked, and
 //! `build`, which opens one table per declaration (or per table named)
 //! and starts the node's tasks and maintenance thread.
 
@@ -19,11 +20,13 @@ use super::{Cache, Inner, Place, directory};
 use crate::clock::Clock;
 use crate::coherence::link;
 use crate::connections::{Address, Server};
+use crate::entity::limits::Limits;
 use crate::entity::spec::TableSpec;
 use crate::error::Error;
 use crate::report::roster::Readiness;
 use tables::opens;
 
+mod limits;
 mod tables;
 use crate::table::Shared;
 
@@ -32,9 +35,12 @@ pub struct Builder {
     /// The tables [`open`](Self::open) names, by their spec's address;
     /// empty: every declared table.
     open: HashSet<usize>,
-    /// The type of every loader, batch loader or codec given, by
-    /// `TypeId`: its spec, to tell one of a table left closed.
-    configured: HashMap<TypeId, &'static TableSpec>,
+    /// The spec of every table given a loader, batch loader, codec or
+    /// limits, by its address: to tell one of a table left closed.
+    configured: HashMap<usize, &'static TableSpec>,
+    /// The limits given to tables ([`limits`](Self::limits)), in the
+    /// order given.
+    limits: Vec<(limits::Limited, Limits)>,
     loaders: HashMap<TypeId, Box<dyn Any + Send>>,
     /// Batch loaders, by `TypeId`, each a `BatchLoader<T>`.
     batch_loaders: HashMap<TypeId, Box<dyn Any + Send>>,
@@ -61,6 +67,7 @@ impl Default for Builder {
         Builder {
             open: HashSet::new(),
             configured: HashMap::new(),
+            limits: Vec::new(),
             loaders: HashMap::new(),
             batch_loaders: HashMap::new(),
             codecs: HashMap::new(),
@@ -328,15 +335,18 @@ impl Builder {
     /// nor given to [`loader`](Self::loader)) and were not built
     /// [`without_loader`](Self::without_loader),
     /// [`Error::Config`] if the node name is not valid, or a table left
-    /// closed ([`open`](Self::open)) was given a loader or a codec,
+    /// closed ([`open`](Self::open)) was given a loader, a codec or
+    /// limits, or limits break the attribute's rules or name no table
+    /// ([`limits`](Self::limits)),
     /// [`Error::NoRuntime`] if the cache has L2 and coherent tables and no
     /// runtime to run their coherence lanes on,
     /// [`Error::Config`] if the L2 address is not a valid URL (or is
     /// `rediss://` without the `tls` feature, or its TLS roots are unusable).
     /// Nothing is sent to the server here: bad credentials show up later as
     /// L2 errors.
-    pub fn build(self) -> Result<Cache, Error> {
+    pub fn build(mut self) -> Result<Cache, Error> {
         directory::check_unique()?;
+        let in_force = self.specs_in_force()?;
         self.check_open()?;
         #[cfg(feature = "metrics")]
         let metrics_node = self.node_name.as_deref().map(Arc::from);
@@ -386,7 +396,8 @@ impl Builder {
                 if !opens(&self.open, &decl.spec) {
                     return Place::closed();
                 }
-                (decl.open)(&decl.spec, &shared).map_or_else(
+                let spec = in_force.get(&limits::address(&decl.spec));
+                (decl.open)(spec.copied().unwrap_or(&decl.spec), &shared).map_or_else(
                     |spec| {
                         missing.push(spec);
                         Place::closed()

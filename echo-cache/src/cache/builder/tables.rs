@@ -22,7 +22,7 @@ impl Builder {
     #[must_use]
     pub fn codec<T: Cached>(mut self, codec: impl Codec<T>) -> Builder {
         let codec: Arc<dyn Codec<T>> = Arc::new(codec);
-        self.configured.insert(TypeId::of::<T>(), T::__spec());
+        self.configure(T::__spec());
         self.codecs.insert(TypeId::of::<T>(), Box::new(codec));
         self
     }
@@ -46,7 +46,7 @@ impl Builder {
         E: Into<BoxError> + 'static,
     {
         let loader: Option<Loader<T>> = Some(table::loader(load));
-        self.configured.insert(TypeId::of::<T>(), T::__spec());
+        self.configure(T::__spec());
         self.loaders.insert(TypeId::of::<T>(), Box::new(loader));
         self
     }
@@ -111,7 +111,7 @@ impl Builder {
         E: Into<BoxError> + 'static,
     {
         let loader: Option<Loader<T>> = Some(table::loader_with_ttl(load));
-        self.configured.insert(TypeId::of::<T>(), T::__spec());
+        self.configure(T::__spec());
         self.loaders.insert(TypeId::of::<T>(), Box::new(loader));
         self
     }
@@ -235,7 +235,7 @@ impl Builder {
 
     /// Sets `batch` as `T`'s batch loader.
     fn batch_loader<T: Cached>(mut self, batch: table::BatchLoader<T>) -> Builder {
-        self.configured.insert(TypeId::of::<T>(), T::__spec());
+        self.configure(T::__spec());
         self.batch_loaders
             .insert(TypeId::of::<T>(), Box::new(batch));
         // It undoes a `without_loader::<T>()`, as `loader` does.
@@ -280,7 +280,7 @@ impl Builder {
     /// ```
     #[must_use]
     pub fn without_loader<T: Cached>(mut self) -> Builder {
-        self.configured.insert(TypeId::of::<T>(), T::__spec());
+        self.configure(T::__spec());
         self.loaders
             .insert(TypeId::of::<T>(), Box::new(None::<Loader<T>>));
         self.batch_loaders.remove(&TypeId::of::<T>());
@@ -298,8 +298,8 @@ impl Builder {
     /// [`tables`](Cache::tables) or [`ready`](Cache::ready). Reading or
     /// writing it through this cache is a bug, not a runtime condition:
     /// every typed method of [`Cache`] panics on a type whose table is
-    /// closed, saying so. Giving a closed table a loader, batch loader or
-    /// codec is refused by `build` ([`Error::Config`]).
+    /// closed, saying so. Giving a closed table a loader, batch loader,
+    /// codec or limits is refused by `build` ([`Error::Config`]).
     ///
     /// ```standalone_crate
     /// use echo_cache::{near_cache, Cache, Error, Id};
@@ -339,8 +339,14 @@ impl Builder {
         self
     }
 
-    /// Refuses a loader or a codec given to a table the builder leaves
-    /// closed: a mistake, said at build.
+    /// Records that `spec`'s table was given something (a loader, a
+    /// codec, limits): see [`check_open`](Self::check_open).
+    pub(super) fn configure(&mut self, spec: &'static TableSpec) {
+        self.configured.insert(super::limits::address(spec), spec);
+    }
+
+    /// Refuses a loader, a codec or limits given to a table the builder
+    /// leaves closed: a mistake, said at build.
     pub(super) fn check_open(&self) -> Result<(), Error> {
         let mut closed: Vec<&str> = (self.configured.values())
             .filter(|spec| !opens(&self.open, spec))
@@ -351,7 +357,7 @@ impl Builder {
         }
         closed.sort_unstable();
         Err(Error::Config(format!(
-            "{} given a loader or a codec, but the builder opens other tables only: \
+            "{} given a loader, a codec or limits, but the builder opens other tables only: \
              name each with `open` too, or give it nothing",
             closed.join(", ")
         )))

@@ -1,0 +1,332 @@
+//! The limits a deployment may set on a table in place of its
+//! declaration's ([`Limits`]), and the spec in force they make, checked by
+//! the attribute's rules with the attribute's words.
+//!
+//! The rules are written twice: here, for limits given at run time, and in
+//! `echo-cache-derive` (`valid.rs`), for the attribute. Each message here
+//! is the attribute's for the same mistake, word for word; the suite's
+//! `limits` module holds the two together against the UI tests' expected
+//! output.
+
+use crate::entity::spec::TableSpec;
+
+/// Limits of one table, given to [`Builder::limits`](crate::Builder::limits)
+/// in place of what its declaration says: for one cache built from the
+/// same declarations in two deployments that need other limits.
+///
+/// Each limit left unset keeps the declared value (or the attribute's
+/// default). The declaration stays the source of everything else: the
+/// kind, the table name, the coherence mode, the placement, the eviction
+/// policy.
+///
+/// | limit | the attribute's key | rule |
+/// |---|---|---|
+/// | [`ttl_ms`](Self::ttl_ms) | `ttl_ms` | > 0 |
+/// | [`jitter`](Self::jitter) | `jitter` | `0.0..=0.5` |
+/// | [`max_size`](Self::max_size) | `max_size` | > 0 |
+/// | [`refresh_ms`](Self::refresh_ms) | `refresh_ms` | > 0, and less than the shortest life of a row, `ttl − ttl·jitter` (in force: a declared `refresh_ms` must fit an overridden `ttl_ms`) |
+/// | [`stale_if_error_ms`](Self::stale_if_error_ms) | `stale_if_error_ms` | at most `86_400_000` (a day) |
+///
+/// [`Builder::build`](crate::Builder::build) refuses limits that break a
+/// rule with [`Error::Config`](crate::Error::Config), naming the table and
+/// saying what the attribute would say of the same value.
+///
+/// ```standalone_crate
+/// use echo_cache::{near_cache, Cache, Limits};
+///
+/// #[near_cache(kind = "GAM", ttl_ms = 600_000, max_size = 50_000)]
+/// #[derive(serde::Serialize, serde::Deserialize)]
+/// pub struct Game { pub secret: String }
+///
+/// let limits = Limits::new().ttl_ms(60_000).max_size(1_000);
+/// assert_eq!(limits.get_ttl_ms(), Some(60_000));
+/// assert_eq!(limits.get_jitter(), None); // as declared
+/// let cache = Cache::builder().without_loader::<Game>().limits::<Game>(limits).build()?;
+/// let games = &cache.tables()[0];
+/// assert_eq!((games.spec.ttl_ms(), games.spec.max_size()), (60_000, 1_000));
+/// # Ok::<(), echo_cache::Error>(())
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[must_use]
+pub struct Limits {
+    ttl_ms: Option<u64>,
+    jitter: Option<f64>,
+    max_size: Option<usize>,
+    refresh_ms: Option<u64>,
+    stale_if_error_ms: Option<u64>,
+}
+
+impl Limits {
+    /// No limit set: every one as declared.
+    pub const fn new() -> Limits {
+        Limits {
+            ttl_ms: None,
+            jitter: None,
+            max_size: None,
+            refresh_ms: None,
+            stale_if_error_ms: None,
+        }
+    }
+
+    /// The time to live of a row, in milliseconds, before jitter (the
+    /// attribute's `ttl_ms`). It bounds L2 frames too, and a TTL a loader
+    /// or a put gives a value is capped at it.
+    pub const fn ttl_ms(mut self, ttl_ms: u64) -> Limits {
+        self.ttl_ms = Some(ttl_ms);
+        self
+    }
+
+    /// The fraction of the TTL by which a row's expiry may move either
+    /// way (the attribute's `jitter`).
+    pub const fn jitter(mut self, jitter: f64) -> Limits {
+        self.jitter = Some(jitter);
+        self
+    }
+
+    /// The most rows kept in L1 (the attribute's `max_size`).
+    pub const fn max_size(mut self, max_size: usize) -> Limits {
+        self.max_size = Some(max_size);
+        self
+    }
+
+    /// How long before its expiry a row read starts its refresh, in
+    /// milliseconds (the attribute's `refresh_ms`; see
+    /// [Refresh-ahead](crate#refresh-ahead)).
+    pub const fn refresh_ms(mut self, refresh_ms: u64) -> Limits {
+        self.refresh_ms = Some(refresh_ms);
+        self
+    }
+
+    /// How long past its expiry a value may still answer while the loader
+    /// fails, in milliseconds; 0: never (the attribute's
+    /// `stale_if_error_ms`; see
+    /// [Serving stale](crate#serving-stale-while-the-store-fails)).
+    pub const fn stale_if_error_ms(mut self, stale_if_error_ms: u64) -> Limits {
+        self.stale_if_error_ms = Some(stale_if_error_ms);
+        self
+    }
+
+    /// The `ttl_ms` set, if any.
+    #[must_use]
+    pub const fn get_ttl_ms(&self) -> Option<u64> {
+        self.ttl_ms
+    }
+
+    /// The `jitter` set, if any.
+    #[must_use]
+    pub const fn get_jitter(&self) -> Option<f64> {
+        self.jitter
+    }
+
+    /// The `max_size` set, if any.
+    #[must_use]
+    pub const fn get_max_size(&self) -> Option<usize> {
+        self.max_size
+    }
+
+    /// The `refresh_ms` set, if any.
+    #[must_use]
+    pub const fn get_refresh_ms(&self) -> Option<u64> {
+        self.refresh_ms
+    }
+
+    /// The `stale_if_error_ms` set, if any.
+    #[must_use]
+    pub const fn get_stale_if_error_ms(&self) -> Option<u64> {
+        self.stale_if_error_ms
+    }
+}
+
+/// The meanings the attribute's messages give its keys (its `attr.rs`).
+const TTL_MEANING: &str = "how long a row lives, in milliseconds";
+const MAX_SIZE_MEANING: &str = "how many rows L1 keeps at most";
+const REFRESH_MEANING: &str =
+    "how long before its expiry a row read starts its refresh, in milliseconds";
+
+/// The longest `stale_if_error_ms`: a day (the attribute's too).
+pub(crate) const MAX_STALE_IF_ERROR_MS: u64 = 86_400_000;
+
+impl TableSpec {
+    /// The spec in force with `limits` in place of the declared ones.
+    ///
+    /// # Errors
+    ///
+    /// Every rule `limits` break, each in the attribute's words, and a
+    /// declared `refresh_ms` that no longer fits the TTL in force.
+    pub(crate) fn limited(&self, limits: &Limits) -> Result<TableSpec, Vec<String>> {
+        let mut faults = Vec::new();
+        let mut spec = *self;
+        if let Some(ttl_ms) = limits.ttl_ms {
+            spec.ttl_ms = ttl_ms;
+            if ttl_ms == 0 {
+                faults.push(format!("`ttl_ms` may not be 0: it is {TTL_MEANING}"));
+            }
+        }
+        if let Some(jitter) = limits.jitter {
+            spec.jitter = jitter;
+            if !(0.0..=0.5).contains(&jitter) {
+                faults.push(format!(
+                    "`jitter` is from 0.0 to 0.5, not {jitter}: a row's expiry is drawn from \
+                     ttl_ms ± ttl_ms × jitter"
+                ));
+            }
+        }
+        if let Some(max_size) = limits.max_size {
+            spec.max_size = max_size;
+            if max_size == 0 {
+                faults.push(format!("`max_size` may not be 0: it is {MAX_SIZE_MEANING}"));
+            }
+        }
+        if let Some(grace) = limits.stale_if_error_ms {
+            spec.stale_if_error_ms = grace;
+            if grace > MAX_STALE_IF_ERROR_MS {
+                faults.push(
+                    "`stale_if_error_ms` is at most 86_400_000 (a day): a value expired longer \
+                     ago is no fallback; lengthen `ttl_ms` instead"
+                        .to_owned(),
+                );
+            }
+        }
+        if let Some(refresh_ms) = limits.refresh_ms {
+            spec.refresh_ms = refresh_ms;
+            if refresh_ms == 0 {
+                faults.push(format!(
+                    "`refresh_ms` may not be 0: it is {REFRESH_MEANING}"
+                ));
+            }
+        }
+        // Against the TTL in force, once both are well-formed.
+        let (refresh_ms, ttl_ms) = (spec.refresh_ms, spec.ttl_ms);
+        if faults.is_empty() && refresh_ms > 0 {
+            let shortest = shortest_life(ttl_ms, spec.jitter);
+            if refresh_ms >= shortest {
+                let declared = if limits.refresh_ms.is_none() {
+                    " (`refresh_ms` as declared: give a shorter one with these limits)"
+                } else {
+                    ""
+                };
+                faults.push(format!(
+                    "`refresh_ms` must be less than the shortest life of a row, ttl_ms − ttl_ms × \
+                     jitter = {shortest} ms, not {refresh_ms}: a row is refreshed when less than \
+                     `refresh_ms` of its life remain, and this one would be due as soon as it is \
+                     filled{declared}"
+                ));
+            }
+        }
+        if faults.is_empty() {
+            Ok(spec)
+        } else {
+            Err(faults)
+        }
+    }
+}
+
+/// `ttl − ttl·jitter` in whole milliseconds, as L1 draws it (and as the
+/// attribute checks it).
+fn shortest_life(ttl_ms: u64, jitter: f64) -> u64 {
+    #[allow(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        clippy::cast_precision_loss
+    )]
+    let spread = (ttl_ms as f64 * jitter) as u64;
+    ttl_ms - spread
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::entity::kind::Kind;
+    use crate::entity::spec::{Coherence, Eviction, Placement};
+
+    /// A declaration of 60 s rows, with the attribute's defaults.
+    fn declared(refresh_ms: Option<u64>) -> TableSpec {
+        TableSpec {
+            name: "limits_games",
+            type_name: "Game",
+            kind: Kind::new("LIM"),
+            ttl_ms: 60_000,
+            jitter: TableSpec::DEFAULT_JITTER,
+            max_size: TableSpec::DEFAULT_MAX_SIZE,
+            sweep_ms: TableSpec::DEFAULT_SWEEP_MS,
+            absent_ttl_ms: 0,
+            load_timeout_ms: None,
+            lost_grace_ms: 0,
+            stale_if_error_ms: 0,
+            refresh_ms: refresh_ms.unwrap_or(0),
+            coherence: Coherence::Broadcast,
+            placement: Placement::Spread,
+            eviction: Eviction::None,
+            fingerprint: 7,
+        }
+    }
+
+    #[test]
+    fn limits_replace_only_what_they_set() {
+        let spec = declared(None);
+        let limits = Limits::new()
+            .ttl_ms(5_000)
+            .max_size(10)
+            .stale_if_error_ms(1_000);
+        let limited = spec.limited(&limits).expect("within the rules");
+        assert_eq!(
+            (limited.ttl_ms, limited.max_size, limited.stale_if_error_ms),
+            (5_000, 10, 1_000)
+        );
+        let kept = TableSpec {
+            ttl_ms: spec.ttl_ms,
+            max_size: spec.max_size,
+            stale_if_error_ms: spec.stale_if_error_ms,
+            ..limited
+        };
+        assert_eq!(kept, spec, "nothing else changes");
+        assert_eq!(spec.limited(&Limits::new()), Ok(spec));
+    }
+
+    #[test]
+    fn every_broken_rule_is_said() {
+        let limits = Limits::new()
+            .ttl_ms(0)
+            .max_size(0)
+            .jitter(0.7)
+            .refresh_ms(0)
+            .stale_if_error_ms(MAX_STALE_IF_ERROR_MS + 1);
+        let faults = declared(None).limited(&limits).expect_err("five mistakes");
+        assert_eq!(faults.len(), 5, "{faults:?}");
+        assert!(faults[0].starts_with("`ttl_ms` may not be 0"));
+        assert!(faults[1].starts_with("`jitter` is from 0.0 to 0.5, not 0.7"));
+        assert!(faults[2].starts_with("`max_size` may not be 0"));
+        assert!(faults[3].starts_with("`stale_if_error_ms` is at most 86_400_000"));
+        assert!(faults[4].starts_with("`refresh_ms` may not be 0"));
+        let nan = declared(None).limited(&Limits::new().jitter(f64::NAN));
+        assert!(nan.is_err(), "NaN is no jitter");
+        let day = Limits::new().stale_if_error_ms(MAX_STALE_IF_ERROR_MS);
+        assert!(declared(None).limited(&day).is_ok(), "a day is allowed");
+    }
+
+    #[test]
+    fn a_refresh_must_fit_the_ttl_in_force() {
+        // 60 s less 10 %: 54 s.
+        let spec = declared(Some(30_000));
+        assert!(spec.limited(&Limits::new().refresh_ms(53_999)).is_ok());
+        let past = spec.limited(&Limits::new().refresh_ms(54_000));
+        assert_eq!(past.expect_err("past life").len(), 1);
+        // The declared refresh, against a shorter TTL or a wider jitter.
+        let shorter = spec.limited(&Limits::new().ttl_ms(30_000));
+        let fault = &shorter.expect_err("30 s less 10 % is 27 s")[0];
+        assert!(fault.contains("= 27000 ms, not 30000"), "{fault}");
+        assert!(
+            fault.ends_with("(`refresh_ms` as declared: give a shorter one with these limits)")
+        );
+        assert!(
+            spec.limited(&Limits::new().jitter(0.4)).is_ok(),
+            "36 s is more than 30 s"
+        );
+        assert!(
+            spec.limited(&Limits::new().jitter(0.5)).is_err(),
+            "30 s is not"
+        );
+        let both = Limits::new().ttl_ms(30_000).refresh_ms(1_000);
+        assert_eq!(spec.limited(&both).map(|s| s.refresh_ms), Ok(1_000));
+    }
+}
