@@ -451,6 +451,23 @@ fn summary(runtime: &Runtime, engines: &Engines) -> String {
     out
 }
 
+/// `HERDS` herds of engine `name` alone, no criterion: for a profiler
+/// (`HERD_ONLY=echo-cache HERDS=3 valgrind --tool=callgrind ...`).
+fn only(runtime: &Runtime, engines: &Engines, name: &str) {
+    let rounds = std::env::var("HERDS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(SUMMARY_HERDS);
+    let times: Vec<f64> = (0..rounds)
+        .map(|_| engines.herd(runtime, name).as_secs_f64() * 1e3)
+        .collect();
+    println!(
+        "{name}: {rounds} herds, median {:.2} ms; load average {}",
+        median(&times),
+        load_average()
+    );
+}
+
 /// The allocations `f` makes (counted on every thread), and their bytes.
 fn counted(f: impl FnOnce() -> Duration) -> (u64, u64) {
     let (allocations, bytes) = (ALLOCATIONS.load(Relaxed), ALLOCATED.load(Relaxed));
@@ -476,6 +493,11 @@ fn main() {
             calls: Arc::new(Calls::new()),
         },
     };
+
+    if let Ok(name) = std::env::var("HERD_ONLY") {
+        only(&runtime, &engines, &name);
+        return;
+    }
 
     let mut criterion = Criterion::default()
         .warm_up_time(Duration::from_secs(1))
