@@ -37,7 +37,7 @@ use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 use tokio::runtime::Handle;
-use tokio::sync::{Notify, watch};
+use tokio::sync::Notify;
 
 use crate::clock::Clock;
 use crate::coherence::Announcer;
@@ -50,6 +50,7 @@ use crate::report::figures::Figures;
 use crate::report::roster::{Health, Readiness, TableInfo};
 use crate::report::stats::{Counters, Stats, Striped};
 use crate::table::backlog::Backlog;
+use answer::{Answer, Wait};
 use crate::table::fetched::Fetched;
 use crate::table::flight::Flights;
 use crate::table::grace::Grace;
@@ -57,6 +58,7 @@ use crate::table::stale::Failsafe;
 use applied::Applied;
 use turns::Turns;
 
+mod answer;
 pub(crate) mod applied;
 pub(crate) mod backlog;
 mod batch;
@@ -89,9 +91,6 @@ struct Loaded<T> {
     deadline: u64,
 }
 
-/// What a flight answers: `None` until it lands.
-type Answer<T> = Option<Result<Fetched<T>, Error>>;
-
 pub(crate) struct Table<T> {
     /// The table itself, for the tasks it spawns.
     me: Weak<Table<T>>,
@@ -99,7 +98,7 @@ pub(crate) struct Table<T> {
     /// The deadline of a flight.
     load_timeout: Duration,
     rows: Rows<T>,
-    flights: Flights<watch::Receiver<Answer<T>>>,
+    flights: Flights<Arc<Answer<T>>>,
     hits: Striped,
     counters: Counters,
     clock: Clock,
@@ -143,7 +142,7 @@ pub(crate) struct Table<T> {
 pub(crate) type Miss<T> = Pin<Box<dyn Future<Output = Result<Fetched<T>, Error>> + Send>>;
 
 /// What starts the miss path of a key, with the fetch's timeout.
-type StartMiss<T> = fn(Arc<Table<T>>, u64, Option<Duration>) -> Miss<T>;
+type StartMiss<T> = fn(&Table<T>, u64, Option<Duration>) -> Miss<T>;
 
 impl<T> Table<T> {
     /// The table, shared: for a miss, whose flight may outlive its caller.
@@ -154,7 +153,7 @@ impl<T> Table<T> {
     /// The miss path of `key`: joins or starts its flight, and waits for
     /// it (at most `timeout`).
     pub(crate) fn start_miss(&self, key: u64, timeout: Option<Duration>) -> Miss<T> {
-        (self.start_miss)(self.shared(), key, timeout)
+        (self.start_miss)(self, key, timeout)
     }
 
     #[inline]
