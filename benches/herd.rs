@@ -416,9 +416,9 @@ fn summary(runtime: &Runtime, engines: &Engines) -> String {
             .zip(timed.line(peer))
             .map(|(echo, peer)| echo / peer)
             .collect();
-        let (lo, hi) = ratios
-            .iter()
-            .fold((f64::INFINITY, 0.0_f64), |(lo, hi), r| (lo.min(*r), hi.max(*r)));
+        let (lo, hi) = ratios.iter().fold((f64::INFINITY, 0.0_f64), |(lo, hi), r| {
+            (lo.min(*r), hi.max(*r))
+        });
         out += &format!(
             "  echo-cache / {peer:<12} {:>6.3}  (rounds {lo:.3}..{hi:.3}; ratio of medians {:.3})\n",
             median(&ratios),

@@ -443,7 +443,14 @@ async fn waiters_give_up_each_at_its_own_timeout_and_the_rest_are_answered() {
     let leader = herd(&cache, id, 1);
     eventually("the flight to reach the loader", async || calls.get() == 1).await;
 
-    let timeouts = [Some(300), Some(100), Some(100), Some(200), None, Some(60_000)];
+    let timeouts = [
+        Some(300),
+        Some(100),
+        Some(100),
+        Some(200),
+        None,
+        Some(60_000),
+    ];
     let waiters: Vec<_> = (timeouts.iter())
         .map(|ms| {
             let (cache, timeout) = (cache.clone(), ms.map(Duration::from_millis));
@@ -466,8 +473,14 @@ async fn waiters_give_up_each_at_its_own_timeout_and_the_rest_are_answered() {
             "{answer:?}"
         );
         // Not early; late by no more than a loaded machine's scheduling.
-        assert!(waited >= after, "gave up after {waited:?}, before {after:?}");
-        assert!(waited < after + Duration::from_secs(5), "{waited:?} for {after:?}");
+        assert!(
+            waited >= after,
+            "gave up after {waited:?}, before {after:?}"
+        );
+        assert!(
+            waited < after + Duration::from_secs(5),
+            "{waited:?} for {after:?}"
+        );
     }
     assert_eq!(cache.stats::<Item>().in_flight, 1, "the flight goes on");
 

@@ -18,7 +18,8 @@
 //! still gives up at its own deadline, and a herd answered in time costs
 //! one timer, not one per waiter.
 
-use std::collections::BTreeSet;
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, OnceLock, PoisonError};
@@ -46,15 +47,64 @@ pub(crate) struct Answer<T> {
 struct Waiters {
     /// Set with the outcome: the wakers are taken, and no more register.
     answered: bool,
-    /// A waker per waiting waiter, by slot.
-    wakers: Vec<Option<Waker>>,
+    /// The waiters, by slot.
+    slots: Vec<Slot>,
     /// Slots freed by waiters that left.
     free: Vec<usize>,
-    /// Waiters with a deadline and no timer, by deadline (then slot).
-    queue: BTreeSet<(Instant, usize)>,
-    /// The holder of the alarm: its deadline, its slot. Every queued
+    /// Waiters with a deadline and no timer, earliest first: (deadline,
+    /// slot, the slot's turn). An entry whose waiter left, or took the
+    /// alarm, is skipped when it comes up (a heap is one vector: a herd's
+    /// entries cost a few allocations, not a tree's nodes).
+    queue: BinaryHeap<Reverse<(Instant, usize, u64)>>,
+    /// Entries of the queue to skip.
+    stale: usize,
+    /// The holder of the alarm: its deadline, its slot. Every live queued
     /// deadline is at or after its deadline.
     alarm: Option<(Instant, usize)>,
+}
+
+/// A waiter's place.
+#[derive(Default)]
+struct Slot {
+    waker: Option<Waker>,
+    /// Bumped when the slot is freed: tells the entries of its past
+    /// waiters from its present one's.
+    turn: u64,
+    /// Whether its waiter has a live entry in the queue.
+    queued: bool,
+}
+
+impl Waiters {
+    /// Takes the next live entry of the queue as the alarm; the waker of
+    /// its waiter, to wake so that it arms its timer.
+    fn hand_over(&mut self) -> Option<Waker> {
+        self.alarm = None;
+        while let Some(Reverse((deadline, slot, turn))) = self.queue.pop() {
+            let next = &mut self.slots[slot];
+            if next.turn == turn && next.queued {
+                next.queued = false;
+                self.alarm = Some((deadline, slot));
+                return next.waker.clone();
+            }
+            self.stale = self.stale.saturating_sub(1);
+        }
+        None
+    }
+
+    /// Its entry in the queue is to skip: once skipped entries are half
+    /// the queue, they are dropped (a long flight whose waiters come and
+    /// go keeps a queue of the waiters it has).
+    fn unqueue(&mut self, slot: usize) {
+        self.slots[slot].queued = false;
+        self.stale += 1;
+        if self.stale > 32 && self.stale > self.queue.len() / 2 {
+            let slots = &self.slots;
+            self.queue.retain(|Reverse((_, slot, turn))| {
+                slots[*slot].turn == *turn && slots[*slot].queued
+            });
+            self.stale = 0;
+        }
+    }
 }
 
 impl<T> Answer<T> {
@@ -83,7 +133,7 @@ impl<T> Answer<T> {
                 ..Waiters::default()
             },
         );
-        for waker in left.wakers.into_iter().flatten() {
+        for waker in left.slots.into_iter().filter_map(|slot| slot.waker) {
             waker.wake();
         }
     }
@@ -104,8 +154,6 @@ pub(crate) struct Wait<T> {
     deadline: Option<Instant>,
     /// Its slot among the waiters, while it waits.
     slot: Option<usize>,
-    /// Whether it is in the queue of deadlines.
-    queued: bool,
     /// Its timer, if it holds (or held) the alarm.
     timer: Option<Pin<Box<Sleep>>>,
 }
@@ -122,7 +170,6 @@ impl<T> Wait<T> {
             timeout,
             deadline: None,
             slot: None,
-            queued: false,
             timer: None,
         }
     }
@@ -159,20 +206,16 @@ impl<T> Wait<T> {
             if waiters.answered {
                 return;
             }
-            let mine = waiters.wakers[slot].take();
+            let waiters = &mut *waiters;
+            if waiters.slots[slot].queued {
+                waiters.unqueue(slot);
+            }
+            let place = &mut waiters.slots[slot];
+            let mine = place.waker.take();
+            place.turn += 1;
             waiters.free.push(slot);
-            if self.queued
-                && let Some(deadline) = self.deadline
-            {
-                waiters.queue.remove(&(deadline, slot));
-            }
-            self.queued = false;
-            let mut next = None;
-            if waiters.alarm.is_some_and(|(_, holder)| holder == slot) {
-                waiters.alarm = waiters.queue.pop_first();
-                next = (waiters.alarm).and_then(|(_, holder)| waiters.wakers[holder].clone());
-            }
-            (next, mine)
+            let holder = waiters.alarm.is_some_and(|(_, holder)| holder == slot);
+            (holder.then(|| waiters.hand_over()).flatten(), mine)
         };
         drop(mine);
         if let Some(next) = next {
@@ -201,45 +244,37 @@ impl<T> Wait<T> {
             }
             let waiters = &mut *waiters;
             let slot = match self.slot {
-                Some(slot) => {
-                    if !waiters.wakers[slot]
-                        .as_ref()
-                        .is_some_and(|old| old.will_wake(waker))
-                    {
-                        replaced = waiters.wakers[slot].replace(waker.clone());
-                    }
-                    slot
-                }
+                Some(slot) => slot,
                 None => {
-                    let slot = waiters.free.pop().unwrap_or(waiters.wakers.len());
-                    if slot == waiters.wakers.len() {
-                        waiters.wakers.push(Some(waker.clone()));
-                    } else {
-                        waiters.wakers[slot] = Some(waker.clone());
+                    let slot = waiters.free.pop().unwrap_or(waiters.slots.len());
+                    if slot == waiters.slots.len() {
+                        waiters.slots.push(Slot::default());
                     }
                     self.slot = Some(slot);
                     slot
                 }
             };
+            let place = &mut waiters.slots[slot];
+            if !place.waker.as_ref().is_some_and(|old| old.will_wake(waker)) {
+                replaced = place.waker.replace(waker.clone());
+            }
             match (self.deadline, waiters.alarm) {
-                (Some(_), _) if self.timer.is_some() => false,
                 (None, _) => false,
-                (Some(_), Some((_, holder))) if holder == slot => {
-                    // Handed over: it was taken from the queue.
-                    self.queued = false;
-                    true
-                }
+                (Some(_), _) if self.timer.is_some() => false,
+                // Handed over: it was taken from the queue.
+                (Some(_), Some((_, holder))) if holder == slot => true,
                 (Some(deadline), Some((at, _))) if at <= deadline => {
-                    if !self.queued {
-                        waiters.queue.insert((deadline, slot));
-                        self.queued = true;
+                    if !place.queued {
+                        place.queued = true;
+                        let turn = place.turn;
+                        waiters.queue.push(Reverse((deadline, slot, turn)));
                     }
                     false
                 }
+                // The earliest deadline: it takes the alarm.
                 (Some(deadline), _) => {
-                    if self.queued {
-                        waiters.queue.remove(&(deadline, slot));
-                        self.queued = false;
+                    if place.queued {
+                        waiters.unqueue(slot);
                     }
                     waiters.alarm = Some((deadline, slot));
                     true
@@ -324,7 +359,10 @@ mod tests {
     }
 
     fn finished(waiters: &[tokio::task::JoinHandle<Outcome<u64>>]) -> Vec<bool> {
-        waiters.iter().map(tokio::task::JoinHandle::is_finished).collect()
+        waiters
+            .iter()
+            .map(tokio::task::JoinHandle::is_finished)
+            .collect()
     }
 
     /// On a paused clock, so every deadline is exact: each waiter gives up
@@ -360,7 +398,10 @@ mod tests {
                 (Ok(fetched), None) => assert_eq!(**fetched.value(), 7),
                 (outcome, timeout) => panic!(
                     "timeout {timeout:?}: {}",
-                    outcome.as_ref().err().map_or("a value".into(), ToString::to_string)
+                    outcome
+                        .as_ref()
+                        .err()
+                        .map_or("a value".into(), ToString::to_string)
                 ),
             }
         }
@@ -382,6 +423,32 @@ mod tests {
         answer.set(Err(Error::NoRuntime));
     }
 
+    /// Queued waiters that leave are skipped, and once they are most of
+    /// the queue, dropped from it: a long flight keeps no more than the
+    /// waiters it has.
+    #[tokio::test(start_paused = true)]
+    async fn waiters_that_leave_do_not_pile_up_in_the_queue() {
+        let answer = answer();
+        let waiters = waiters(&answer, &[Some(10_000); 200]);
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        for waiter in &waiters[50..] {
+            waiter.abort();
+        }
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        {
+            let state = answer.waiters();
+            let live = (state.slots.iter()).filter(|slot| slot.queued).count();
+            assert_eq!(live, 49, "the holder and 49 queued are left");
+            assert!(state.queue.len() < 100, "{} entries", state.queue.len());
+            assert_eq!(state.free.len(), 150);
+        }
+        answer.set(Err(Error::NoRuntime));
+    }
+
     /// A herd with one timeout answered in time: one waiter holds the
     /// alarm (one timer), the rest wait in the queue; the answer reaches
     /// all, and leaves no waker behind.
@@ -396,7 +463,7 @@ mod tests {
         {
             let state = answer.waiters();
             assert!(state.alarm.is_some());
-            assert_eq!((state.queue.len(), state.wakers.len()), (99, 100));
+            assert_eq!((state.queue.len(), state.slots.len()), (99, 100));
         }
         answer.set(Ok(Fetched::new(Arc::new(3), Source::Fill, 1)));
         for waiter in waiters {
@@ -404,6 +471,62 @@ mod tests {
             assert_eq!(**fetched.value(), 3);
         }
         let state = answer.waiters();
-        assert!(state.answered && state.wakers.is_empty() && state.queue.is_empty());
+        assert!(state.answered && state.slots.is_empty() && state.queue.is_empty());
+    }
+}
+
+#[cfg(all(test, echo_cache_loom))]
+mod model {
+    //! Run with `RUSTFLAGS="--cfg echo_cache_loom" cargo test -p echo-cache --lib model`.
+    use std::sync::atomic::Ordering::SeqCst;
+    use std::task::Wake;
+
+    use super::*;
+    use crate::table::fetched::Source;
+
+    /// A waker that remembers it was woken.
+    #[derive(Default)]
+    struct Flag(loom::sync::atomic::AtomicBool);
+
+    impl Wake for Flag {
+        fn wake(self: Arc<Self>) {
+            self.0.store(true, SeqCst);
+        }
+    }
+
+    /// A waiter polled while the answer is set, in every interleaving: it
+    /// has the answer at once, or it is woken and has it at its next poll
+    /// (a wakeup is never lost between its look and its registration).
+    #[test]
+    fn a_waiter_is_never_left_behind() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("a runtime");
+        let handle = runtime.handle().clone();
+        loom::model(move || {
+            let answer = Arc::new(Answer::<u64>::new(handle.clone()));
+            let setter = {
+                let answer = Arc::clone(&answer);
+                loom::thread::spawn(move || {
+                    answer.set(Ok(Fetched::new(Arc::new(5), Source::Fill, 1)));
+                })
+            };
+            let flag = Arc::new(Flag::default());
+            let waker = Waker::from(Arc::clone(&flag));
+            let mut wait = Wait::new(Arc::clone(&answer), "t", None);
+            let first = Pin::new(&mut wait).poll(&mut Context::from_waker(&waker));
+            setter.join().unwrap();
+            let answered = match first {
+                Poll::Ready(answered) => answered,
+                Poll::Pending => {
+                    assert!(flag.0.load(SeqCst), "a pending waiter was not woken");
+                    match Pin::new(&mut wait).poll(&mut Context::from_waker(&waker)) {
+                        Poll::Ready(answered) => answered,
+                        Poll::Pending => panic!("woken without the answer"),
+                    }
+                }
+            };
+            assert_eq!(**answered.expect("the value").value(), 5);
+        });
     }
 }

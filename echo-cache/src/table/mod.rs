@@ -6,7 +6,8 @@
 //! 2. [`Table::miss`]: the caller looks in L1 again under the flight lock
 //!    (a flight may have landed since), then joins the key's flight, or
 //!    starts one and drives it (handing it to the runtime as its own task if
-//!    the caller gives up first); either way it waits for the one answer.
+//!    the caller gives up first); either way it waits for the one answer
+//!    ([`answer`]: what a waiter of a herd costs, and its timeout).
 //! 3. [`Table::resolve`], in the flight, within its deadline: L2, then the
 //!    loader.
 //! 4. [`Table::land`]: install the value in L1 unless a write overtook the
@@ -50,11 +51,11 @@ use crate::report::figures::Figures;
 use crate::report::roster::{Health, Readiness, TableInfo};
 use crate::report::stats::{Counters, Stats, Striped};
 use crate::table::backlog::Backlog;
-use answer::{Answer, Wait};
 use crate::table::fetched::Fetched;
 use crate::table::flight::Flights;
 use crate::table::grace::Grace;
 use crate::table::stale::Failsafe;
+use answer::{Answer, Wait};
 use applied::Applied;
 use turns::Turns;
 

@@ -111,10 +111,15 @@ impl<T: Cached> Table<T> {
     /// leading a new one (not launched yet), whose waiters' timers are
     /// `runtime`'s when they are polled outside any runtime.
     pub(super) fn join(&self, key: u64, runtime: impl FnOnce() -> Handle) -> Joining<T> {
-        let joined = self.flights.join(key, || self.hit(key), Arc::clone, || {
-            let answer = Arc::new(Answer::new(runtime()));
-            (Arc::clone(&answer), answer)
-        });
+        let joined = self.flights.join(
+            key,
+            || self.hit(key),
+            Arc::clone,
+            || {
+                let answer = Arc::new(Answer::new(runtime()));
+                (Arc::clone(&answer), answer)
+            },
+        );
         match joined {
             Joined::Cached(hit) => Joining::Cached(hit),
             Joined::Follower(answer) => {
