@@ -243,16 +243,15 @@ impl<T> Wait<T> {
                 return None;
             }
             let waiters = &mut *waiters;
-            let slot = match self.slot {
-                Some(slot) => slot,
-                None => {
-                    let slot = waiters.free.pop().unwrap_or(waiters.slots.len());
-                    if slot == waiters.slots.len() {
-                        waiters.slots.push(Slot::default());
-                    }
-                    self.slot = Some(slot);
-                    slot
+            let slot = if let Some(slot) = self.slot {
+                slot
+            } else {
+                let slot = waiters.free.pop().unwrap_or(waiters.slots.len());
+                if slot == waiters.slots.len() {
+                    waiters.slots.push(Slot::default());
                 }
+                self.slot = Some(slot);
+                slot
             };
             let place = &mut waiters.slots[slot];
             if !place.waker.as_ref().is_some_and(|old| old.will_wake(waker)) {
