@@ -177,7 +177,11 @@ fn a_waiter_outside_any_runtime_gives_up_on_the_builders_timer() {
         "{answer:?}"
     );
     assert!(waiting.elapsed() >= after, "gave up early");
-    assert_eq!(cache.stats::<Stuck>().coalesced, 1, "it waited as a follower");
+    assert_eq!(
+        cache.stats::<Stuck>().coalesced,
+        1,
+        "it waited as a follower"
+    );
     leader.abort();
 }
 
