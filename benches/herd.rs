@@ -1,35 +1,47 @@
 //! The herd: 10,000 tasks miss one cold id at once, and the loader behind
 //! the cache takes 10 ms. echo-cache `fetch` against moka's
-//! `future::Cache::get_with` and `quick_cache`'s `sync::Cache::get_or_insert_async`.
+//! `future::Cache::get_with`, `quick_cache`'s `sync::Cache::get_or_insert_async`
+//! and no cache at all (each task awaits the loader itself).
 //!
 //! # What runs
 //!
 //! On a multi-thread Tokio runtime (one worker per CPU), each herd mints a
 //! fresh id that no engine has seen, spawns 10,000 tasks that each read it
 //! through the engine, and waits for all of them. The loader (echo-cache's
-//! registered loader, moka's `init` future) counts its calls with an
-//! `AtomicUsize`, sleeps 10 ms (`tokio::time::sleep`) and returns the value.
-//! A herd's time runs from the first spawn to the last answer, so it holds
-//! the 10 ms of the one load, the spawning of 10,000 tasks and the
-//! coalescing of their waits.
+//! registered loader, moka's and quick_cache's `init` future, the no-cache
+//! task itself) counts its calls with an `AtomicUsize`, sleeps 10 ms
+//! (`tokio::time::sleep`) and returns the value. A herd's time runs from
+//! the first spawn to the last answer, so it holds the 10 ms of the one
+//! load, the spawning of 10,000 tasks and the coalescing of their waits.
+//! The no-cache line (`herd/no cache`) is the baseline a cache must not
+//! lose to: 10,000 loads side by side, 10,000 timers, no coalescing.
 //!
 //! # How to read it
 //!
 //! Criterion reports the wall time per herd (`herd/echo-cache`,
-//! `herd/moka`); about 10 ms of it is the loader's sleep. The loader must
-//! run exactly once per herd: the bench counts the calls of every herd and,
-//! after criterion, runs its own pass of interleaved herds and prints the
-//! median and worst wall time per herd and the loader calls per herd (min
-//! and max over every herd the process ran, criterion's included), with the
-//! load average. Anything but 1 call per herd is flagged.
+//! `herd/moka`, ...); about 10 ms of it is the loader's sleep. A cache's
+//! loader must run exactly once per herd (no cache: once per task): the
+//! bench counts the calls of every herd and, after criterion, runs its own
+//! pass of interleaved herds (each round every engine once, from a
+//! rotating start) and prints each engine's median, fastest and slowest
+//! herd and its loader calls per herd (min and max over every herd the
+//! process ran, criterion's included), echo-cache's ratios to quick_cache
+//! and to no cache (the median over rounds of the ratio within a round),
+//! with the load average before and after. Wrong loader calls are flagged.
+//! Then one herd per engine with every allocation counted: allocations and
+//! bytes per task, which the machine's load does not move.
 //!
 //! ```sh
 //! cargo bench --bench herd
+//! cargo bench --bench herd -- summary-only   # a filter no line matches:
+//!                                            # the summary pass alone
+//! HERDS=61 cargo bench --bench herd          # 61 rounds (default 15)
 //! ```
 
+use std::alloc::{GlobalAlloc, Layout, System};
 use std::hint::black_box;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 use criterion::Criterion;
@@ -40,7 +52,7 @@ use tokio::runtime::Runtime;
 #[allow(dead_code)]
 mod support;
 
-use support::{benchmarking, load_average};
+use support::{Rounds, TimedLine, benchmarking, load_average, median, publish};
 
 /// The hasher echo-cache uses inside: the peers hash as it does.
 type Hasher = foldhash::quality::RandomState;
@@ -49,8 +61,46 @@ type Hasher = foldhash::quality::RandomState;
 const TASKS: usize = 10_000;
 /// How long the loader takes.
 const LOAD: Duration = Duration::from_millis(10);
-/// Herds per engine in the summary pass.
+/// Herds per engine in the summary pass, unless `HERDS` says.
 const SUMMARY_HERDS: usize = 15;
+
+/// The system allocator, counting while [`COUNTING`] is set: the
+/// allocation pass. Off, it costs a load per allocation, for every engine
+/// alike.
+struct Counting;
+
+static COUNTING: AtomicBool = AtomicBool::new(false);
+static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+static ALLOCATED: AtomicU64 = AtomicU64::new(0);
+
+// SAFETY: the system allocator's own, with two counters beside it.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if COUNTING.load(Relaxed) {
+            ALLOCATIONS.fetch_add(1, Relaxed);
+            ALLOCATED.fetch_add(layout.size() as u64, Relaxed);
+        }
+        // SAFETY: as the caller promised.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: as the caller promised.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        if COUNTING.load(Relaxed) {
+            ALLOCATIONS.fetch_add(1, Relaxed);
+            ALLOCATED.fetch_add(new_size as u64, Relaxed);
+        }
+        // SAFETY: as the caller promised.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
 
 /// The entity the herd wants.
 #[near_cache(
@@ -120,6 +170,11 @@ struct Moka {
 
 struct Quick {
     cache: Arc<QuickCache>,
+    calls: Arc<Calls>,
+}
+
+/// No cache: every task awaits the loader itself.
+struct NoCache {
     calls: Arc<Calls>,
 }
 
@@ -220,6 +275,20 @@ impl Herd for Quick {
     }
 }
 
+impl Herd for NoCache {
+    fn calls(&self) -> &Calls {
+        &self.calls
+    }
+
+    async fn one(&self) -> Duration {
+        one_herd(&self.calls, |key| {
+            let calls = Arc::clone(&self.calls);
+            async move { Arc::new(load(&calls, key).await) }
+        })
+        .await
+    }
+}
+
 /// One herd: [`TASKS`] tasks spawned at once, each the read `read` makes of
 /// one fresh key; timed from the first spawn to the last answer, its
 /// loader calls recorded in `calls`.
@@ -252,63 +321,163 @@ fn herds<H: Herd>(runtime: &Runtime, engine: &H, herds: u64) -> Duration {
     })
 }
 
-fn millis(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e3
+/// The engines, by name, with the loader calls a herd of each must make.
+struct Engines {
+    echo: Echo,
+    moka: Moka,
+    quick: Quick,
+    none: NoCache,
 }
 
-/// Interleaved herds, then each engine's median and worst herd and its
-/// loader calls per herd.
-fn summary(runtime: &Runtime, echo: &Echo, moka: &Moka, quick: &Quick) -> String {
-    let before = load_average();
-    let mut times: [Vec<Duration>; 3] = [Vec::new(), Vec::new(), Vec::new()];
-    for _ in 0..SUMMARY_HERDS {
-        times[0].push(herds(runtime, echo, 1));
-        times[1].push(herds(runtime, moka, 1));
-        times[2].push(herds(runtime, quick, 1));
+const ECHO: &str = "echo-cache";
+const MOKA: &str = "moka";
+const QUICK: &str = "quick_cache";
+const NONE: &str = "no cache";
+
+impl Engines {
+    /// Each engine's name, loader calls, and the loader calls one herd must
+    /// make.
+    fn calls(&self) -> [(&'static str, &Calls, usize); 4] {
+        [
+            (ECHO, self.echo.calls(), 1),
+            (MOKA, self.moka.calls(), 1),
+            (QUICK, self.quick.calls(), 1),
+            (NONE, self.none.calls(), TASKS),
+        ]
     }
+
+    /// One herd of engine `name`, timed.
+    fn herd(&self, runtime: &Runtime, name: &str) -> Duration {
+        match name {
+            ECHO => herds(runtime, &self.echo, 1),
+            MOKA => herds(runtime, &self.moka, 1),
+            QUICK => herds(runtime, &self.quick, 1),
+            _ => herds(runtime, &self.none, 1),
+        }
+    }
+}
+
+/// Interleaved herds: each engine's median, fastest and slowest herd and
+/// its loader calls per herd; echo-cache's ratios to quick_cache and to no
+/// cache; then the allocations of a herd.
+fn summary(runtime: &Runtime, engines: &Engines) -> String {
+    let rounds = std::env::var("HERDS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(SUMMARY_HERDS);
+    let before = load_average();
+    let lines: Vec<TimedLine<'_>> = [ECHO, MOKA, QUICK, NONE]
+        .into_iter()
+        .map(|name| -> TimedLine<'_> {
+            (
+                name,
+                Box::new(move |n| (0..n).map(|_| engines.herd(runtime, name)).sum()),
+            )
+        })
+        .collect();
+    let timed = Rounds::run(&lines, rounds, |_| 1);
+    let after = load_average();
     let mut out = format!(
         "herd summary: {TASKS} tasks miss one cold id, {} ms loader, {} worker threads, \
-         {SUMMARY_HERDS} interleaved herds per engine; load average before: {before}\n\n\
-         {:<12} {:>10} {:>10} {:>22} {:>8}\n",
+         {rounds} interleaved rounds (one herd per engine each)\n\
+         load average before: {before}; after: {after}\n\n\
+         {:<12} {:>10} {:>10} {:>10} {:>22} {:>7}\n",
         LOAD.as_millis(),
         runtime.metrics().num_workers(),
         "engine",
         "median ms",
-        "worst ms",
+        "fastest",
+        "slowest",
         "loader calls per herd",
         "herds",
     );
-    let engines: [(&str, &Calls); 3] = [
-        ("echo-cache", echo.calls()),
-        ("moka", moka.calls()),
-        ("quick_cache", quick.calls()),
-    ];
-    for ((name, calls), mut t) in engines.into_iter().zip(times) {
-        t.sort();
+    for (name, calls, one) in engines.calls() {
         let (min, max) = (calls.min.load(Relaxed), calls.max.load(Relaxed));
-        let flag = if min == 1 && max == 1 {
-            ""
+        let flag = if min == one && max == one {
+            String::new()
         } else {
-            "  <- NOT one per herd"
+            format!("  <- NOT {one} per herd")
         };
         out += &format!(
-            "{name:<12} {:>10.2} {:>10.2} {:>22} {:>8}{flag}\n",
-            millis(t[t.len() / 2]),
-            millis(t[t.len() - 1]),
+            "{name:<12} {:>10.2} {:>10.2} {:>10.2} {:>22} {:>7}{flag}\n",
+            timed.median(name) / 1e3,
+            timed.min(name) / 1e3,
+            timed.line(name).iter().copied().fold(0.0, f64::max) / 1e3,
             format!("{min}..={max}"),
             calls.herds.load(Relaxed),
         );
     }
-    let stats = echo.cache.stats::<Entity>();
+    out += "\necho-cache's ratios, the median over rounds of the ratio within a round \
+            (goal: <= 1):\n";
+    for peer in [QUICK, NONE, MOKA] {
+        let ratios: Vec<f64> = timed
+            .line(ECHO)
+            .iter()
+            .zip(timed.line(peer))
+            .map(|(echo, peer)| echo / peer)
+            .collect();
+        let (lo, hi) = ratios.iter().fold((f64::INFINITY, 0.0_f64), |(lo, hi), r| {
+            (lo.min(*r), hi.max(*r))
+        });
+        out += &format!(
+            "  echo-cache / {peer:<12} {:>6.3}  (rounds {lo:.3}..{hi:.3}; ratio of medians {:.3})\n",
+            median(&ratios),
+            timed.median(ECHO) / timed.median(peer),
+        );
+    }
+    let stats = engines.echo.cache.stats::<Entity>();
     out += &format!(
-        "\necho-cache counters: misses {}, coalesced {}, fills {}, hits {}\nload average after: {}\n",
-        stats.misses,
-        stats.coalesced,
-        stats.fills,
-        stats.hits,
+        "\necho-cache counters: misses {}, coalesced {}, fills {}, hits {}\n",
+        stats.misses, stats.coalesced, stats.fills, stats.hits,
+    );
+    out += &format!(
+        "\nallocations of one herd, per task (the spawn and the task's own \
+         future included; min over 3 herds):\n{:<12} {:>12} {:>12}\n",
+        "engine", "allocations", "bytes"
+    );
+    for name in [ECHO, MOKA, QUICK, NONE] {
+        let (allocations, bytes) = (0..3)
+            .map(|_| counted(|| engines.herd(runtime, name)))
+            .min()
+            .expect("three herds");
+        #[allow(clippy::cast_precision_loss)]
+        let per_task = |n: u64| n as f64 / TASKS as f64;
+        out += &format!(
+            "{name:<12} {:>12.2} {:>12.1}\n",
+            per_task(allocations),
+            per_task(bytes)
+        );
+    }
+    out
+}
+
+/// `HERDS` herds of engine `name` alone, no criterion: for a profiler
+/// (`HERD_ONLY=echo-cache HERDS=3 valgrind --tool=callgrind ...`).
+fn only(runtime: &Runtime, engines: &Engines, name: &str) {
+    let rounds = std::env::var("HERDS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(SUMMARY_HERDS);
+    let times: Vec<f64> = (0..rounds)
+        .map(|_| engines.herd(runtime, name).as_secs_f64() * 1e3)
+        .collect();
+    println!(
+        "{name}: {rounds} herds, median {:.2} ms; load average {}",
+        median(&times),
         load_average()
     );
-    out
+}
+
+/// The allocations `f` makes (counted on every thread), and their bytes.
+fn counted(f: impl FnOnce() -> Duration) -> (u64, u64) {
+    let (allocations, bytes) = (ALLOCATIONS.load(Relaxed), ALLOCATED.load(Relaxed));
+    COUNTING.store(true, Relaxed);
+    black_box(f());
+    COUNTING.store(false, Relaxed);
+    (
+        ALLOCATIONS.load(Relaxed) - allocations,
+        ALLOCATED.load(Relaxed) - bytes,
+    )
 }
 
 fn main() {
@@ -316,9 +485,19 @@ fn main() {
         .enable_all()
         .build()
         .expect("a runtime");
-    let echo = runtime.block_on(async { Echo::new() });
-    let moka = Moka::new();
-    let quick = Quick::new();
+    let engines = Engines {
+        echo: runtime.block_on(async { Echo::new() }),
+        moka: Moka::new(),
+        quick: Quick::new(),
+        none: NoCache {
+            calls: Arc::new(Calls::new()),
+        },
+    };
+
+    if let Ok(name) = std::env::var("HERD_ONLY") {
+        only(&runtime, &engines, &name);
+        return;
+    }
 
     let mut criterion = Criterion::default()
         .warm_up_time(Duration::from_secs(1))
@@ -329,20 +508,23 @@ fn main() {
         .configure_from_args();
     {
         let mut group = criterion.benchmark_group("herd");
-        group.bench_function("echo-cache", |b| {
-            b.iter_custom(|iters| herds(&runtime, &echo, iters));
+        group.bench_function(ECHO, |b| {
+            b.iter_custom(|iters| herds(&runtime, &engines.echo, iters));
         });
-        group.bench_function("moka", |b| {
-            b.iter_custom(|iters| herds(&runtime, &moka, iters));
+        group.bench_function(MOKA, |b| {
+            b.iter_custom(|iters| herds(&runtime, &engines.moka, iters));
         });
-        group.bench_function("quick_cache", |b| {
-            b.iter_custom(|iters| herds(&runtime, &quick, iters));
+        group.bench_function(QUICK, |b| {
+            b.iter_custom(|iters| herds(&runtime, &engines.quick, iters));
+        });
+        group.bench_function(NONE, |b| {
+            b.iter_custom(|iters| herds(&runtime, &engines.none, iters));
         });
         group.finish();
     }
     criterion.final_summary();
 
     if benchmarking() {
-        println!("\n{}", summary(&runtime, &echo, &moka, &quick));
+        publish(&summary(&runtime, &engines), "echo-herd.txt");
     }
 }

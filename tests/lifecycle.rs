@@ -22,6 +22,17 @@ struct Thing {
     n: u64,
 }
 
+/// What a loader that never answers is for.
+#[near_cache(kind = "STK", ttl_ms = 600_000, loader = stuck)]
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct Stuck {
+    n: u64,
+}
+
+async fn stuck(_: Id<Stuck>) -> Result<Option<Stuck>, std::io::Error> {
+    std::future::pending().await
+}
+
 fn serial() -> MutexGuard<'static, ()> {
     static SERIAL: Mutex<()> = Mutex::new(());
     SERIAL
@@ -131,6 +142,47 @@ fn a_fetch_outside_any_runtime_flies_on_the_builders_runtime() {
     assert_eq!(within.unwrap().source(), Source::Fill);
     let hit = block_on(cache.fetch(id)).unwrap();
     assert_eq!(hit.source(), Source::Hit);
+}
+
+/// A waiter of a flight, polled outside any runtime, holds the alarm of
+/// its flight (the first waiter with a timeout): its timer is the
+/// builder's runtime's, and it gives up at its own timeout.
+#[test]
+fn a_waiter_outside_any_runtime_gives_up_on_the_builders_timer() {
+    let _serial = serial();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let cache = Cache::builder()
+        .runtime(runtime.handle().clone())
+        .build()
+        .unwrap();
+    let id = Id::<Stuck>::mint();
+    let leader = runtime.spawn({
+        let cache = cache.clone();
+        async move { cache.fetch_within(id, None).await.map(|_| ()) }
+    });
+    let start = std::time::Instant::now();
+    while cache.stats::<Stuck>().in_flight == 0 {
+        assert!(start.elapsed() < BOUND, "the flight did not start");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let after = Duration::from_millis(50);
+    let waiting = std::time::Instant::now();
+    let answer = block_on(cache.fetch_within(id, Some(after)));
+    assert!(
+        matches!(answer, Err(Error::Timeout { after: a, .. }) if a == after),
+        "{answer:?}"
+    );
+    assert!(waiting.elapsed() >= after, "gave up early");
+    assert_eq!(
+        cache.stats::<Stuck>().coalesced,
+        1,
+        "it waited as a follower"
+    );
+    leader.abort();
 }
 
 #[test]

@@ -430,6 +430,78 @@ async fn the_counters_add_up_under_a_storm() {
     );
 }
 
+/// Waiters of one flight with timeouts of their own (one timer serves the
+/// herd, see the crate docs): each gives up at its own deadline, in
+/// whatever order they joined (an earlier deadline after a later one, the
+/// same deadline twice), with its own `after`; the flight goes on and
+/// answers the waiters still there, and the next fetch is a hit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn waiters_give_up_each_at_its_own_timeout_and_the_rest_are_answered() {
+    let (gate, calls) = (Gate::closed(), Calls::default());
+    let cache = cache_with(gated(&gate, &calls));
+    let id = Id::<Item>::mint();
+    let leader = herd(&cache, id, 1);
+    eventually("the flight to reach the loader", async || calls.get() == 1).await;
+
+    let timeouts = [
+        Some(300),
+        Some(100),
+        Some(100),
+        Some(200),
+        None,
+        Some(60_000),
+    ];
+    let waiters: Vec<_> = (timeouts.iter())
+        .map(|ms| {
+            let (cache, timeout) = (cache.clone(), ms.map(Duration::from_millis));
+            tokio::spawn(async move {
+                let start = tokio::time::Instant::now();
+                let answer = cache.fetch_within(id, timeout).await;
+                (answer, start.elapsed())
+            })
+        })
+        .collect();
+    let mut waiters = waiters.into_iter();
+    let timed: Vec<_> = waiters.by_ref().take(4).collect();
+    for (waiter, ms) in timed.into_iter().zip(timeouts) {
+        let (answer, waited) = bounded("a waiter's timeout", waiter)
+            .await
+            .expect("no waiter panics");
+        let after = Duration::from_millis(ms.expect("a timeout"));
+        assert!(
+            matches!(answer, Err(Error::Timeout { table: "item", after: a }) if a == after),
+            "{answer:?}"
+        );
+        // Not early; late by no more than a loaded machine's scheduling.
+        assert!(
+            waited >= after,
+            "gave up after {waited:?}, before {after:?}"
+        );
+        assert!(
+            waited < after + Duration::from_secs(5),
+            "{waited:?} for {after:?}"
+        );
+    }
+    assert_eq!(cache.stats::<Item>().in_flight, 1, "the flight goes on");
+
+    gate.open();
+    let mut values = answers(leader).await;
+    for waiter in waiters {
+        let (answer, _) = bounded("a waiter's answer", waiter)
+            .await
+            .expect("no waiter panics");
+        values.push(answer);
+    }
+    let first = values[0].as_ref().expect("answered").clone();
+    for value in &values {
+        let value = value.as_ref().expect("answered");
+        assert!(Arc::ptr_eq(value.value(), first.value()));
+    }
+    assert_eq!(calls.get(), 1);
+    let next = cache.fetch(id).await.expect("a hit");
+    assert_eq!(next.source(), Source::Hit);
+}
+
 /// A cache builder that opens this module's tables and no other module's
 /// (the suite is one test binary).
 fn cache_builder() -> echo_cache::Builder {

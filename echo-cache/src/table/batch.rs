@@ -22,10 +22,9 @@ use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::runtime::Handle;
-use tokio::sync::watch;
 use tracing::Instrument;
 
-use super::{Answer, Detachable, Joining, Landing, Loaded, Loader, Table, panic_message};
+use super::{Answer, Detachable, Joining, Landing, Loaded, Loader, Table, Wait, panic_message};
 use crate::clock::millis;
 use crate::entity::id::{Id, RawId};
 use crate::entity::mint::Minter;
@@ -157,10 +156,10 @@ impl<T: Cached> Table<T> {
         };
         let mut answers: Vec<Option<Result<Fetched<T>, Error>>> =
             keys.iter().map(|_| None).collect();
-        let mut waits: Vec<(usize, watch::Receiver<Answer<T>>)> = Vec::new();
+        let mut waits: Vec<(usize, Arc<Answer<T>>)> = Vec::new();
         let mut led: Vec<Landing<T>> = Vec::new();
         for (i, &key) in keys.iter().enumerate() {
-            match self.join(key) {
+            match self.join(key, || runtime.clone()) {
                 Joining::Cached(hit) => answers[i] = Some(hit),
                 Joining::Follower(answer) => waits.push((i, answer)),
                 Joining::Leader(landing, answer) => {
@@ -182,12 +181,8 @@ impl<T: Cached> Table<T> {
             if let Some(flight) = flight {
                 flight.await;
             }
-            for (i, answer) in &mut waits {
-                answers[*i] = Some(match answer.wait_for(Option::is_some).await {
-                    Ok(answer) => answer.clone().expect("waited for Some"),
-                    // Unreachable while `Landing` answers on drop.
-                    Err(_) => Err(self.crashed("the flight ended without an answer")),
-                });
+            for (i, answer) in waits {
+                answers[i] = Some(Wait::new(answer, self.spec.name, None).await);
             }
         };
         let late = match timeout {

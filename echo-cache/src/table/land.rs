@@ -14,7 +14,6 @@ use std::time::Instant;
 
 use futures_util::FutureExt;
 use tokio::runtime::Handle;
-use tokio::sync::watch;
 use tracing::instrument::Instrumented;
 use tracing::{Instrument, Span, field};
 
@@ -36,7 +35,7 @@ impl<T: Cached> Table<T> {
         token: u64,
         outcome: Result<Loaded<T>, Error>,
         fallback: Fallback<T>,
-        answer: &watch::Sender<Answer<T>>,
+        answer: &Answer<T>,
     ) -> Ended {
         let (outcome, deadline) = match outcome {
             Ok(Loaded { fetched, deadline }) => (Ok(fetched), deadline),
@@ -92,7 +91,7 @@ impl<T: Cached> Table<T> {
             Ended::LoadError | Ended::Crashed => &self.counters.load_errors,
         });
         self.counters.running.fetch_sub(1, Relaxed);
-        answer.send_replace(Some(outcome));
+        answer.set(outcome);
         ended
     }
 
@@ -174,8 +173,8 @@ impl<T: Cached> Table<T> {
 /// What [`Table::join`] made of a miss.
 pub(super) enum Joining<T: Cached> {
     Cached(Result<Fetched<T>, Error>),
-    Follower(watch::Receiver<Answer<T>>),
-    Leader(Landing<T>, watch::Receiver<Answer<T>>),
+    Follower(Arc<Answer<T>>),
+    Leader(Landing<T>, Arc<Answer<T>>),
 }
 
 /// A flight driven by the caller that started it, until that caller gives
@@ -228,7 +227,7 @@ pub(super) struct Landing<T: Cached> {
     pub(super) table: Option<Arc<Table<T>>>,
     pub(super) key: u64,
     pub(super) token: u64,
-    pub(super) answer: watch::Sender<Answer<T>>,
+    pub(super) answer: Arc<Answer<T>>,
     /// A refresh ([`Table::refresh`]) of the row at this version: it reads
     /// the loader, not L2, and if it fails, reads may start it again after
     /// [`Table::refresh_retry`].
@@ -245,7 +244,7 @@ impl<T: Cached> Landing<T> {
         table: Arc<Table<T>>,
         key: u64,
         token: u64,
-        answer: watch::Sender<Answer<T>>,
+        answer: Arc<Answer<T>>,
     ) -> Landing<T> {
         let span = tracing::debug_span!(
             "flight",

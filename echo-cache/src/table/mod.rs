@@ -6,7 +6,8 @@
 //! 2. [`Table::miss`]: the caller looks in L1 again under the flight lock
 //!    (a flight may have landed since), then joins the key's flight, or
 //!    starts one and drives it (handing it to the runtime as its own task if
-//!    the caller gives up first); either way it waits for the one answer.
+//!    the caller gives up first); either way it waits for the one answer
+//!    ([`answer`]: what a waiter of a herd costs, and its timeout).
 //! 3. [`Table::resolve`], in the flight, within its deadline: L2, then the
 //!    loader.
 //! 4. [`Table::land`]: install the value in L1 unless a write overtook the
@@ -37,7 +38,7 @@ use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 use tokio::runtime::Handle;
-use tokio::sync::{Notify, watch};
+use tokio::sync::Notify;
 
 use crate::clock::Clock;
 use crate::coherence::Announcer;
@@ -54,9 +55,11 @@ use crate::table::fetched::Fetched;
 use crate::table::flight::Flights;
 use crate::table::grace::Grace;
 use crate::table::stale::Failsafe;
+use answer::{Answer, Wait};
 use applied::Applied;
 use turns::Turns;
 
+mod answer;
 pub(crate) mod applied;
 pub(crate) mod backlog;
 mod batch;
@@ -89,9 +92,6 @@ struct Loaded<T> {
     deadline: u64,
 }
 
-/// What a flight answers: `None` until it lands.
-type Answer<T> = Option<Result<Fetched<T>, Error>>;
-
 pub(crate) struct Table<T> {
     /// The table itself, for the tasks it spawns.
     me: Weak<Table<T>>,
@@ -99,7 +99,7 @@ pub(crate) struct Table<T> {
     /// The deadline of a flight.
     load_timeout: Duration,
     rows: Rows<T>,
-    flights: Flights<watch::Receiver<Answer<T>>>,
+    flights: Flights<Arc<Answer<T>>>,
     hits: Striped,
     counters: Counters,
     clock: Clock,
@@ -143,7 +143,7 @@ pub(crate) struct Table<T> {
 pub(crate) type Miss<T> = Pin<Box<dyn Future<Output = Result<Fetched<T>, Error>> + Send>>;
 
 /// What starts the miss path of a key, with the fetch's timeout.
-type StartMiss<T> = fn(Arc<Table<T>>, u64, Option<Duration>) -> Miss<T>;
+type StartMiss<T> = fn(&Table<T>, u64, Option<Duration>) -> Miss<T>;
 
 impl<T> Table<T> {
     /// The table, shared: for a miss, whose flight may outlive its caller.
@@ -154,7 +154,7 @@ impl<T> Table<T> {
     /// The miss path of `key`: joins or starts its flight, and waits for
     /// it (at most `timeout`).
     pub(crate) fn start_miss(&self, key: u64, timeout: Option<Duration>) -> Miss<T> {
-        (self.start_miss)(self.shared(), key, timeout)
+        (self.start_miss)(self, key, timeout)
     }
 
     #[inline]

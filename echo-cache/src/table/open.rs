@@ -167,7 +167,7 @@ pub(crate) fn open<T: Declared>(spec: &'static TableSpec, shared: &Shared) -> Op
         metrics: crate::report::metrics::Keys::new(spec.name, shared.metrics_node.as_ref()),
         batch,
         start_refresh: Table::<T>::refresh,
-        start_miss: |table, key, timeout| Box::pin(table.miss(key, timeout)),
+        start_miss: Table::<T>::miss,
     }))
 }
 

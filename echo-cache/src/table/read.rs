@@ -7,9 +7,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::runtime::Handle;
-use tokio::sync::watch;
 
-use super::{Detachable, Joining, Landing, Loaded, Table};
+use super::{Answer, Detachable, Joining, Landing, Loaded, Miss, Table, Wait};
 use crate::clock::millis;
 use crate::entity::id::{Id, RawId};
 use crate::entity::mint::Minter;
@@ -77,15 +76,15 @@ impl<T: Cached> Table<T> {
         let (Some(table), Some(runtime)) = (self.me.upgrade(), runtime) else {
             return;
         };
-        let mut sender = None;
+        let mut answer = None;
         let joined = self.flights.join(
             key,
             || None::<()>,
             |_| (),
             || {
-                let (answer, waiters) = watch::channel(None);
-                sender = Some(answer);
-                (waiters, ())
+                let first = Arc::new(Answer::new(runtime.clone()));
+                answer = Some(Arc::clone(&first));
+                (first, ())
             },
         );
         let Joined::Leader(token, ()) = joined else {
@@ -93,8 +92,8 @@ impl<T: Cached> Table<T> {
         };
         Counters::bump(&self.counters.refreshes);
         Counters::bump(&self.counters.running);
-        let sender = sender.take().expect("a new flight's sender");
-        let mut landing = Landing::new(table, key, token, sender);
+        let answer = answer.take().expect("a new flight's answer");
+        let mut landing = Landing::new(table, key, token, answer);
         landing.refreshing = Some(version);
         runtime.spawn(landing.launch());
     }
@@ -109,17 +108,16 @@ impl<T: Cached> Table<T> {
 
     /// How a miss of `key` meets the flights, counted: answered from L1 (a
     /// flight landed since the miss), joined to the flight under way, or
-    /// leading a new one (not launched yet).
-    pub(super) fn join(self: &Arc<Self>, key: u64) -> Joining<T> {
-        let mut sender = None;
+    /// leading a new one (not launched yet), whose waiters' timers are
+    /// `runtime`'s when they are polled outside any runtime.
+    pub(super) fn join(&self, key: u64, runtime: impl FnOnce() -> Handle) -> Joining<T> {
         let joined = self.flights.join(
             key,
             || self.hit(key),
-            watch::Receiver::clone,
+            Arc::clone,
             || {
-                let (answer, waiters) = watch::channel(None);
-                sender = Some(answer);
-                (waiters.clone(), waiters)
+                let answer = Arc::new(Answer::new(runtime()));
+                (Arc::clone(&answer), answer)
             },
         );
         match joined {
@@ -131,18 +129,45 @@ impl<T: Cached> Table<T> {
             Joined::Leader(token, answer) => {
                 Counters::bump(&self.counters.flights);
                 Counters::bump(&self.counters.running);
-                let sender = sender.take().expect("a new flight's sender");
-                Joining::Leader(Landing::new(Arc::clone(self), key, token, sender), answer)
+                let landing = Landing::new(self.shared(), key, token, Arc::clone(&answer));
+                Joining::Leader(landing, answer)
             }
         }
     }
 
-    /// Step 2: answers from L1 if a flight landed since the caller's miss,
+    /// Step 2, the miss path of a fetch of `key` (what [`Table::start_miss`]
+    /// runs): answers from L1 if a flight landed since the caller's miss,
     /// else joins or starts the flight of `key` and waits for its answer
-    /// (at most `timeout`).
-    pub(crate) async fn miss(
+    /// (at most `timeout`). A follower's future is its wait alone (see
+    /// [`answer`](super::answer)): no runtime handle, no table, no timer
+    /// of its own while the alarm of its flight is another waiter's.
+    pub(super) fn miss(&self, key: u64, timeout: Option<Duration>) -> Miss<T> {
+        // Whether a flight could run: the table's runtime (the builder's),
+        // else the current one.
+        if self.runtime.is_none() && Handle::try_current().is_err() {
+            return Box::pin(std::future::ready(Err(Error::NoRuntime)));
+        }
+        let runtime = || {
+            (Handle::try_current().ok())
+                .or_else(|| self.runtime.clone())
+                .expect("a runtime, checked")
+        };
+        match self.join(key, runtime) {
+            Joining::Cached(hit) => Box::pin(std::future::ready(hit)),
+            Joining::Follower(answer) => Box::pin(Wait::new(answer, self.spec.name, timeout)),
+            Joining::Leader(landing, answer) => {
+                Box::pin(self.shared().lead(landing, answer, timeout))
+            }
+        }
+    }
+
+    /// The leader of a flight: drives it in its own task (no hop to another
+    /// thread; if it gives up first, the flight goes on detached), then
+    /// waits for its answer like any waiter, at most `timeout` in all.
+    async fn lead(
         self: Arc<Self>,
-        key: u64,
+        landing: Landing<T>,
+        answer: Arc<Answer<T>>,
         timeout: Option<Duration>,
     ) -> Result<Fetched<T>, Error> {
         let current = Handle::try_current().ok();
@@ -150,32 +175,15 @@ impl<T: Cached> Table<T> {
         let runtime = current
             .or_else(|| self.runtime.clone())
             .ok_or(Error::NoRuntime)?;
-        let (mut answer, flight) = match self.join(key) {
-            Joining::Cached(hit) => return hit,
-            Joining::Follower(answer) => (answer, None),
-            Joining::Leader(landing, answer) => {
-                let flight = Detachable::new(landing.launch(), runtime.clone());
-                if in_runtime {
-                    (answer, Some(flight))
-                } else {
-                    // Outside the runtime the flight cannot run here:
-                    // dropping it hands it to the runtime.
-                    drop(flight);
-                    (answer, None)
-                }
-            }
-        };
+        let flight = Detachable::new(landing.launch(), runtime.clone());
+        // Outside the runtime the flight cannot run here: dropping it
+        // hands it to the runtime.
+        let flight = in_runtime.then_some(flight);
         let landed = async {
-            // The leader drives the flight in its own task (no hop to another
-            // thread); if it gives up first, the flight goes on detached.
             if let Some(flight) = flight {
                 flight.await;
             }
-            match answer.wait_for(Option::is_some).await {
-                Ok(answer) => answer.clone().expect("waited for Some"),
-                // Unreachable while `Landing` answers on drop; never hang anyway.
-                Err(_) => Err(self.crashed("the flight ended without an answer")),
-            }
+            Wait::new(answer, self.spec.name, None).await
         };
         self.wait(landed, timeout, &runtime).await
     }
