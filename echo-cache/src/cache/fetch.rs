@@ -14,6 +14,7 @@ use std::time::Duration;
 use crate::entity::id::Id;
 use crate::entity::spec::Cached;
 use crate::error::Error;
+use crate::l1::epoch;
 use crate::table::fetched::Fetched;
 use crate::table::{Miss, Table};
 
@@ -57,28 +58,50 @@ impl<T> Future for Fetch<'_, T> {
     #[inline(always)]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
+        let key = this.id.payload();
         let miss = match &mut this.miss {
             Some(miss) => miss,
             none => {
-                if let Some(live) = this.table.hit_row(this.id.payload()) {
-                    return Poll::Ready(this.table.answer(this.id.payload(), live));
+                // A thread without a fast pin reads out of this line, so
+                // the usual hit's unpin and count test nothing (4
+                // instructions a hit, `scripts/instructions`).
+                if let Some(pin) = epoch::pin_fast() {
+                    if let Some(live) = this.table.hit_row(&pin, key) {
+                        drop(pin);
+                        return Poll::Ready(this.table.answer(key, live));
+                    }
+                } else if let Some(answer) = hit_unpinned(this.table, key) {
+                    return unbox(Poll::Ready(answer));
                 }
-                none.insert(start_miss(this.table, this.id.payload(), this.timeout))
+                none.insert(start_miss(this.table, key, this.timeout))
             }
         };
-        // The miss path's error comes boxed, unboxed here: its answer is
-        // then three words read back, not an `Error`'s 48 bytes written
-        // where the hit writes its own, which made every caller's match
-        // on a hit's answer go through memory (10 instructions a hit,
-        // `scripts/instructions`). A box per failed miss is the price.
-        match poll_miss(miss.as_mut(), cx.waker()) {
-            Poll::Ready(Ok(fetched)) => Poll::Ready(Ok(fetched)),
-            Poll::Ready(Err(error)) => Poll::Ready(Err(*error)),
-            Poll::Pending => Poll::Pending,
-        }
+        unbox(poll_miss(miss.as_mut(), cx.waker()))
     }
 }
 
+/// The miss path's error comes boxed, unboxed here: its answer is then
+/// three words read back, not an `Error`'s 48 bytes written where the hit
+/// writes its own, which made every caller's match on a hit's answer go
+/// through memory (10 instructions a hit, `scripts/instructions`). A box
+/// per failed miss is the price.
+#[allow(clippy::inline_always)] // the hot path: see `Fetch::poll`
+#[inline(always)]
+fn unbox<T>(answer: Poll<Result<Fetched<T>, Box<Error>>>) -> Poll<Result<Fetched<T>, Error>> {
+    match answer {
+        Poll::Ready(Ok(fetched)) => Poll::Ready(Ok(fetched)),
+        Poll::Ready(Err(error)) => Poll::Ready(Err(*error)),
+        Poll::Pending => Poll::Pending,
+    }
+}
+
+/// The hit of a thread without a fast pin ([`epoch::pin_fast`]), with an
+/// ordinary pin; its error boxed (see [`unbox`]).
+#[cold]
+#[inline(never)]
+fn hit_unpinned<T>(table: &Table<T>, key: u64) -> Option<Result<Fetched<T>, Box<Error>>> {
+    table.hit(key).map(|answer| answer.map_err(Box::new))
+}
 /// The miss path of `key` (on the first poll that missed): joins or starts
 /// its flight.
 #[cold]

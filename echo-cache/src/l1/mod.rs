@@ -148,7 +148,7 @@ use std::ptr;
 use std::sync::{Arc, PoisonError};
 
 use crate::entity::spec::{Eviction, TableSpec};
-use crate::l1::epoch::{Garbage, Pin};
+use crate::l1::epoch::{Garbage, Pinned};
 use crate::l1::sketch::Sketch;
 
 mod array;
@@ -377,7 +377,7 @@ impl<T> Rows<T> {
     #[inline(always)]
     pub(crate) fn get(
         &self,
-        _pin: &Pin,
+        _pin: &impl Pinned,
         key: u64,
         now: u64,
         refresh: impl FnOnce(u64),

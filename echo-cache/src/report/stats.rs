@@ -13,20 +13,20 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use crossbeam_utils::CachePadded;
 
 /// Threads beyond this many alive at once share one contended cell.
-const CELLS: usize = 128;
+pub(crate) const CELLS: usize = 128;
 
 /// A counter bumped from many threads without sharing a cache line.
+/// The cells are inline (16 KiB), so a hit finds its own at a fixed
+/// offset from the table: no pointer to load.
 pub(crate) struct Striped {
-    cells: Box<[CachePadded<AtomicU64>]>,
+    cells: [CachePadded<AtomicU64>; CELLS],
     overflow: AtomicU64,
 }
 
 impl Striped {
     pub(crate) fn new() -> Striped {
         Striped {
-            cells: (0..CELLS)
-                .map(|_| CachePadded::new(AtomicU64::new(0)))
-                .collect(),
+            cells: std::array::from_fn(|_| CachePadded::new(AtomicU64::new(0))),
             overflow: AtomicU64::new(0),
         }
     }
@@ -243,6 +243,7 @@ pub struct Stats {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::l1::epoch::Pinned;
 
     #[test]
     fn striped_counts_from_many_threads_add_up() {

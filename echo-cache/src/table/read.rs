@@ -15,7 +15,7 @@ use crate::entity::mint::Minter;
 use crate::entity::spec::{Cached, Coherence};
 use crate::error::Error;
 use crate::l1::Live;
-use crate::l1::epoch;
+use crate::l1::epoch::{self, Pinned};
 use crate::l2::{Found, Write};
 use crate::report::stats::Counters;
 use crate::table::fetched::{Fetched, Source};
@@ -28,23 +28,21 @@ const REFRESH_RETRY_MAX_MS: u64 = 1_000;
 
 impl<T> Table<T> {
     /// Step 1: the answer of a live L1 row, if there is one.
-    #[allow(clippy::inline_always)] // the hot path: see `Fetch::poll`
-    #[inline(always)]
+    #[inline]
     pub(crate) fn hit(&self, key: u64) -> Option<Result<Fetched<T>, Error>> {
-        let live = self.hit_row(key)?;
+        let live = self.hit_row(&epoch::pin(), key)?;
         Some(self.answer(key, live))
     }
 
-    /// Step 1 for [`Fetch`](crate::cache::fetch::Fetch)'s poll: the live L1
-    /// row, counted as a hit, which the poll answers itself (the answer
+    /// Step 1 for [`Fetch`](crate::cache::fetch::Fetch)'s poll, which pins
+    /// and answers itself: the live L1 row, counted as a hit (the answer
     /// is then made where the future's output goes, not in an `Option`
     /// first and moved).
     #[allow(clippy::inline_always)] // the hot path: see `Fetch::poll`
     #[inline(always)]
-    pub(crate) fn hit_row(&self, key: u64) -> Option<Live<T>> {
-        let pin = epoch::pin();
+    pub(crate) fn hit_row(&self, pin: &impl Pinned, key: u64) -> Option<Live<T>> {
         let now = self.clock.now_ms();
-        let live = self.rows.get(&pin, key, now, |version| {
+        let live = self.rows.get(pin, key, now, |version| {
             (self.start_refresh)(self, key, version);
         })?;
         self.hits.incr(pin.index());
