@@ -1,15 +1,19 @@
 //! The write side of L1: inserts, rebuilds, removals and sweeps, each
 //! under its shard's lock, which readers never touch; what a write unlinks
-//! is retired to the epochs, freed once no reader can hold it.
+//! is retired to the epochs, freed once no reader can hold it, and a row
+//! it removes is queued for the table's listener, if it has one
+//! ([`removal`](super::removal)), which the collections deliver.
 
 use std::hash::BuildHasher;
 use std::ptr;
 use std::sync::Arc;
 
 use super::evict::{self, Room};
+use super::removal::RemovalCause;
+use super::slot::Slot;
 use super::{
     Array, REFRESHING, Row, Rows, SEQ_BITS, Shard, Tally, absent, capacity_for, into_raw, is_row,
-    mark_of, moved_hand, shard_of, tombstone,
+    mark_of, moved_hand, shard_of, share, tombstone,
 };
 use crate::entity::spec::Eviction;
 use crate::sync::MutexGuard;
@@ -44,6 +48,31 @@ impl<T> Rows<T> {
             // SAFETY: the slot no longer holds `value`, so no reader that
             // pins from now on can load it.
             unsafe { self.garbage.retire(value.cast(), drop_arc::<T>) };
+        }
+    }
+
+    /// Retires the value of the row `slot` held (its key is still there),
+    /// and queues its removal for the table's listener, if it has one and
+    /// the row held a value (not a remembered absence). Under the shard's
+    /// lock, after the slot was written: the queue holds a reference of
+    /// its own, taken while the lock keeps the row's alive.
+    pub(super) fn retire_row(&self, slot: &Slot<T>, value: *mut T, cause: RemovalCause) {
+        if let Some(removals) = &self.removals
+            && is_row(value)
+            // SAFETY: a row's value, whose reference the slot held until
+            // now and which is retired only below.
+            && let Some(shared) = unsafe { share(value) }
+        {
+            removals.push(slot.key.load(Relaxed), shared, cause);
+        }
+        self.retire(value);
+    }
+
+    /// Delivers the removals queued for the table's listener, if it has
+    /// one. Runs user code: never call it under a lock.
+    fn deliver(&self) {
+        if let Some(removals) = &self.removals {
+            removals.deliver();
         }
     }
 
@@ -98,8 +127,13 @@ impl<T> Rows<T> {
                 // A replacement: no room needed. The read bit stays; the
                 // new row's refresh is not started.
                 let mark = slot.mark() & !REFRESHING | self.refresh_mark(&row);
+                let cause = if now >= slot.expires_at() {
+                    RemovalCause::Expired
+                } else {
+                    RemovalCause::Replaced
+                };
                 slot.write(into_raw(row.value), row.version, row.expires_at, mark);
-                self.retire(old);
+                self.retire_row(slot, old, cause);
                 return Insert::Kept;
             }
         }
@@ -232,9 +266,9 @@ impl<T> Rows<T> {
     }
 
     /// Removes the row of `key` if it is older than `version` (any row
-    /// when `version` is `None`); whether it did. Call
+    /// when `version` is `None`), for `cause`; whether it did. Call
     /// [`collect_if_due`](Self::collect_if_due) after, outside any lock.
-    pub(crate) fn remove_older(&self, key: u64, version: Option<u64>) -> bool {
+    pub(crate) fn remove_older(&self, key: u64, version: Option<u64>, cause: RemovalCause) -> bool {
         let (shard, hash) = self.locate(key);
         let mut tally = shard.lock();
         let Some(array) = shard.array(&tally) else {
@@ -246,14 +280,14 @@ impl<T> Rows<T> {
             return false;
         }
         slot.write(tombstone(), 0, 0, 0);
-        self.retire(value);
+        self.retire_row(slot, value, cause);
         tally.rows -= 1;
         self.size.fetch_sub(1, Relaxed);
         true
     }
 
-    /// Removes the rows whose expiry `dead` picks; how many.
-    pub(super) fn remove_where(&self, dead: impl Fn(u64) -> bool) -> usize {
+    /// Removes the rows whose expiry `dead` picks, for `cause`; how many.
+    pub(super) fn remove_where(&self, dead: impl Fn(u64) -> bool, cause: RemovalCause) -> usize {
         let mut removed = 0;
         for shard in &self.shards {
             let mut tally = shard.lock();
@@ -264,7 +298,7 @@ impl<T> Rows<T> {
                 let value = slot.value.load(Relaxed);
                 if is_row(value) && dead(slot.expires_at()) {
                     slot.write(tombstone(), 0, 0, 0);
-                    self.retire(value);
+                    self.retire_row(slot, value, cause);
                     tally.rows -= 1;
                     removed += 1;
                 }
@@ -286,26 +320,33 @@ impl<T> Rows<T> {
     /// many.
     pub(crate) fn sweep(&self, now: u64) -> usize {
         let grace = self.grace;
-        let swept = self.remove_where(|expires_at| now >= expires_at.saturating_add(grace));
-        self.garbage.collect();
+        let swept = self.remove_where(
+            |expires_at| now >= expires_at.saturating_add(grace),
+            RemovalCause::Expired,
+        );
+        self.collect();
         swept
     }
 
     /// Removes every row. Call [`collect_if_due`](Self::collect_if_due)
     /// after, outside any lock.
     pub(crate) fn clear(&self) {
-        self.remove_where(|_| true);
+        self.remove_where(|_| true, RemovalCause::Flushed);
     }
 
-    /// Frees what writers removed, once no reader can hold it. Runs the
-    /// values' destructors: never call it under a lock.
+    /// Delivers the removals queued for the table's listener, and frees
+    /// what writers removed, once no reader can hold it. Runs user code
+    /// (the listener, the values' destructors): never call it under a lock.
     pub(crate) fn collect(&self) {
+        self.deliver();
         self.garbage.collect();
     }
 
+    /// Delivers the removals queued for the table's listener, and
     /// [`collect`](Self::collect)s if writers retired enough since the
     /// last collection. Never call it under a lock.
     pub(crate) fn collect_if_due(&self) {
+        self.deliver();
         self.garbage.collect_if_due();
     }
 
@@ -327,8 +368,8 @@ impl<T> Rows<T> {
             return 0;
         }
         // Dead rows go, in their grace or not: the table needs room.
-        let reclaimed = self.remove_where(|expires_at| now >= expires_at);
-        self.garbage.collect();
+        let reclaimed = self.remove_where(|expires_at| now >= expires_at, RemovalCause::Expired);
+        self.collect();
         reclaimed
     }
 }
