@@ -11,10 +11,14 @@
 //! row's own reference is retired to the epochs as before.
 //!
 //! Delivery: whoever removed rows calls [`Removals::deliver`] after
-//! releasing its locks (through [`Rows::collect_if_due`](super::Rows::collect_if_due)
-//! and the other collections). One thread delivers a table's removals at a
-//! time, in the order they were queued; a thread that finds another
-//! delivering leaves its removals to it, which takes them before it stops.
+//! releasing its locks (through [`Rows::collect_if_due`](super::Rows::collect_if_due),
+//! the sweep and a full table's reclaiming). One thread delivers a table's
+//! removals at a time, in the order they were queued; a thread that finds
+//! another delivering leaves its removals to it, which takes them before
+//! it stops. So a write that removed a row returns once the listener was
+//! told, unless another thread was delivering the table's removals then
+//! (a concurrent write, fill or sweep of the table), which tells it
+//! instead, after those it holds.
 //! That is what makes calls ordered and reentrant: a listener that removes
 //! rows of its own table (a flush, an invalidation) finds its own thread
 //! delivering, and its removals are delivered after it returns. No lock is

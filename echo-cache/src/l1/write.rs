@@ -27,6 +27,18 @@ pub(super) enum Insert<T> {
     Elsewhere(Row<T>, u8),
 }
 
+/// Why the row `slot` holds leaves when a new value of its id takes its
+/// place at `now`: it was [`Replaced`](RemovalCause::Replaced), or it was
+/// dead already ([`Expired`](RemovalCause::Expired): a read of a dead row
+/// misses, and its fill replaces it).
+fn replaced<T>(slot: &Slot<T>, now: u64) -> RemovalCause {
+    if now >= slot.expires_at() {
+        RemovalCause::Expired
+    } else {
+        RemovalCause::Replaced
+    }
+}
+
 impl<T> Rows<T> {
     pub(super) fn reserve(&self) -> bool {
         let reserved = self.size.fetch_update(Relaxed, Relaxed, |size| {
@@ -127,11 +139,7 @@ impl<T> Rows<T> {
                 // A replacement: no room needed. The read bit stays; the
                 // new row's refresh is not started.
                 let mark = slot.mark() & !REFRESHING | self.refresh_mark(&row);
-                let cause = if now >= slot.expires_at() {
-                    RemovalCause::Expired
-                } else {
-                    RemovalCause::Replaced
-                };
+                let cause = replaced(slot, now);
                 slot.write(into_raw(row.value), row.version, row.expires_at, mark);
                 self.retire_row(slot, old, cause);
                 return Insert::Kept;
@@ -269,6 +277,25 @@ impl<T> Rows<T> {
     /// when `version` is `None`), for `cause`; whether it did. Call
     /// [`collect_if_due`](Self::collect_if_due) after, outside any lock.
     pub(crate) fn remove_older(&self, key: u64, version: Option<u64>, cause: RemovalCause) -> bool {
+        self.remove(key, version, |_| cause)
+    }
+
+    /// Removes the row of `key`, which a new value (a put) replaces at
+    /// `now`: [`RemovalCause::Replaced`], or `Expired` if it was dead.
+    /// Whether it did. Call [`collect_if_due`](Self::collect_if_due)
+    /// after, outside any lock.
+    pub(crate) fn remove_replaced(&self, key: u64, now: u64) -> bool {
+        self.remove(key, None, |slot| replaced(slot, now))
+    }
+
+    /// [`remove_older`](Self::remove_older), the cause told by the row's
+    /// slot before it is written.
+    fn remove(
+        &self,
+        key: u64,
+        version: Option<u64>,
+        cause: impl FnOnce(&Slot<T>) -> RemovalCause,
+    ) -> bool {
         let (shard, hash) = self.locate(key);
         let mut tally = shard.lock();
         let Some(array) = shard.array(&tally) else {
@@ -279,6 +306,7 @@ impl<T> Rows<T> {
         if !found || !is_row(value) || version.is_some_and(|v| slot.version.load(Relaxed) >= v) {
             return false;
         }
+        let cause = cause(slot);
         slot.write(tombstone(), 0, 0, 0);
         self.retire_row(slot, value, cause);
         tally.rows -= 1;
@@ -316,15 +344,19 @@ impl<T> Rows<T> {
         removed
     }
 
-    /// Removes every row dead at `now` for longer than the grace; how
-    /// many.
+    /// Removes every row dead at `now` for longer than the grace, and
+    /// delivers their removals; how many. Runs user code: never call it
+    /// under a lock.
     pub(crate) fn sweep(&self, now: u64) -> usize {
         let grace = self.grace;
         let swept = self.remove_where(
             |expires_at| now >= expires_at.saturating_add(grace),
             RemovalCause::Expired,
         );
-        self.collect();
+        if swept > 0 {
+            self.deliver();
+        }
+        self.garbage.collect();
         swept
     }
 
@@ -334,25 +366,29 @@ impl<T> Rows<T> {
         self.remove_where(|_| true, RemovalCause::Flushed);
     }
 
-    /// Delivers the removals queued for the table's listener, and frees
-    /// what writers removed, once no reader can hold it. Runs user code
-    /// (the listener, the values' destructors): never call it under a lock.
+    /// Frees what writers removed, once no reader can hold it. Runs the
+    /// values' destructors: never call it under a lock. Delivers no
+    /// removal: each is delivered by the thread that removed it (see
+    /// [`removal`](super::removal)), not a moment later by the
+    /// maintenance thread's collection.
     pub(crate) fn collect(&self) {
-        self.deliver();
         self.garbage.collect();
     }
 
     /// Delivers the removals queued for the table's listener, and
     /// [`collect`](Self::collect)s if writers retired enough since the
-    /// last collection. Never call it under a lock.
+    /// last collection. Runs user code (the listener, the values'
+    /// destructors): never call it under a lock.
     pub(crate) fn collect_if_due(&self) {
         self.deliver();
         self.garbage.collect_if_due();
     }
 
     /// When a table that evicts nothing ([`Eviction::None`]) is full,
-    /// reclaims its dead rows (at most once every few milliseconds).
-    /// Returns how many it reclaimed.
+    /// reclaims its dead rows (at most once every few milliseconds), and
+    /// delivers their removals. Returns how many it reclaimed. Runs user
+    /// code (the listener, the values' destructors): never call it under
+    /// a lock.
     pub(crate) fn make_room(&self, now: u64) -> usize {
         // A table that evicts takes dead rows first, as its hand meets them.
         if self.eviction != Eviction::None || !self.is_full() {
@@ -369,7 +405,10 @@ impl<T> Rows<T> {
         }
         // Dead rows go, in their grace or not: the table needs room.
         let reclaimed = self.remove_where(|expires_at| now >= expires_at, RemovalCause::Expired);
-        self.collect();
+        if reclaimed > 0 {
+            self.deliver();
+        }
+        self.garbage.collect();
         reclaimed
     }
 }

@@ -55,7 +55,7 @@ impl<T: Cached> Table<T> {
         let row = self.row(Some(value), version.payload(), now, deadline);
         self.rows.make_room(now);
         let declined = self.flights.overtake(key, || {
-            self.rows.remove_older(key, None, RemovalCause::Replaced);
+            self.rows.remove_replaced(key, now);
             self.install(key, row, now)
         });
         drop(declined);
