@@ -96,7 +96,10 @@ fn cache_builder() -> echo_cache::Builder {
 
 /// What a listener was told, in order: each row's id, its value's `n`,
 /// the cause.
-struct Told<T>(Arc<Mutex<Vec<(Id<T>, u64, RemovalCause)>>>);
+struct Told<T>(Arc<Mutex<Vec<Tell<T>>>>);
+
+/// One call of a listener: the id, its value's `n`, the cause.
+type Tell<T> = (Id<T>, u64, RemovalCause);
 
 impl<T> Clone for Told<T> {
     fn clone(&self) -> Told<T> {
@@ -109,7 +112,7 @@ impl<T> Told<T> {
         Told(Arc::default())
     }
 
-    fn all(&self) -> Vec<(Id<T>, u64, RemovalCause)> {
+    fn all(&self) -> Vec<Tell<T>> {
         self.0.lock().unwrap().clone()
     }
 
@@ -409,7 +412,10 @@ async fn a_panicking_listener_is_caught_and_counted_and_the_cache_goes_on() {
         .loader(load(|n| Unheard { n }))
         .listener(move |id: Id<Heard>, value: Arc<Heard>, cause| {
             record(id, Arc::clone(&value), cause);
-            assert!(value.n % 2 == 0, "a listener that panics on odd values");
+            assert!(
+                value.n.is_multiple_of(2),
+                "a listener that panics on odd values"
+            );
         })
         .build()
         .unwrap();

@@ -205,11 +205,12 @@ impl<T> Removals<T> {
     }
 
     /// One call of the listener; a panic is caught and counted. The value
-    /// is dropped here, after the call, also outside every lock.
+    /// is the listener's: a `Drop` of it runs in the call (caught with
+    /// it), outside every lock too.
     fn call(&self, removed: Removed<T>) {
         let Removed { key, value, cause } = removed;
         let called = std::panic::catch_unwind(AssertUnwindSafe(|| {
-            (self.listener)(Id::from_payload(key), value, cause)
+            (self.listener)(Id::from_payload(key), value, cause);
         }));
         if called.is_err() {
             self.panics.fetch_add(1, Relaxed);
