@@ -34,6 +34,10 @@
 //! - Values and arrays a writer unlinks are freed once no reader can still
 //!   hold them ([`crate::epoch`]); a reader's protection is a store to its
 //!   own thread's cell, no atomic read-modify-write.
+//! - A table with a listener queues each row a writer removes (a reference
+//!   to its value, and why: [`RemovalCause`]) under the shard's lock, and
+//!   delivers it once the writer's locks are released ([`removal`]); a
+//!   hit neither removes rows nor looks at the queue.
 //!
 //! Each row carries its own expiry, drawn at insertion from
 //! `ttl ± ttl·jitter` on the cache's coarse [`Clock`](crate::Clock), so a
