@@ -2,8 +2,8 @@
 //!
 //! Nothing is judged here but the syntax: each key is one of the known
 //! keys, appears at most once and is given a literal (a path, for
-//! `loader`). Values are judged in `valid`; the loader's type by the
-//! compiler. Every mistake is kept, so one run of the compiler reports them
+//! `loader` and `listener`). Values are judged in `valid`; the loader's
+//! and the listener's types by the compiler. Every mistake is kept, so one run of the compiler reports them
 //! all.
 
 use proc_macro2::TokenStream;
@@ -40,6 +40,11 @@ pub(crate) const KEYS: &[Key] = &[
         name: "loader",
         example: "load_game",
         meaning: "the function that reads a missing row from the system of record",
+    },
+    Key {
+        name: "listener",
+        example: "on_removed",
+        meaning: "the function told when a row leaves L1: its id, its value and why",
     },
     Key {
         name: "coherence",
@@ -136,7 +141,7 @@ pub(crate) enum Value {
     Unreadable,
     /// The key's literal, and its entry's place in the list.
     Lit(At, Lit),
-    /// The key's path: `loader` takes one.
+    /// The key's path: `loader` and `listener` take one.
     Path(syn::ExprPath),
 }
 
@@ -164,6 +169,7 @@ pub(crate) struct Args {
     pub(crate) kind: Value,
     pub(crate) ttl_ms: Value,
     pub(crate) loader: Value,
+    pub(crate) listener: Value,
     pub(crate) coherence: Value,
     pub(crate) placement: Value,
     pub(crate) eviction: Value,
@@ -194,6 +200,7 @@ impl Args {
             "kind" => &mut self.kind,
             "ttl_ms" => &mut self.ttl_ms,
             "loader" => &mut self.loader,
+            "listener" => &mut self.listener,
             "coherence" => &mut self.coherence,
             "placement" => &mut self.placement,
             "eviction" => &mut self.eviction,
@@ -219,6 +226,7 @@ pub(crate) fn parse(tokens: TokenStream) -> Args {
         kind: Value::Absent,
         ttl_ms: Value::Absent,
         loader: Value::Absent,
+        listener: Value::Absent,
         coherence: Value::Absent,
         placement: Value::Absent,
         eviction: Value::Absent,
@@ -303,8 +311,8 @@ fn set(
             format!("`{name}` needs a value, like {}", example(&name)),
         ));
     };
-    *slot = if name == "loader" {
-        Value::Path(loader_path(value)?)
+    *slot = if name == "loader" || name == "listener" {
+        Value::Path(function_path(&name, value)?)
     } else {
         Value::Lit(at, literal(&name, value)?)
     };
@@ -336,8 +344,9 @@ fn unknown(path: &syn::Path, name: &str, names: &[&str], guess: Option<&str>) ->
     )
 }
 
-/// The path `loader` names: a function, written as it would be called.
-fn loader_path(value: Expr) -> syn::Result<syn::ExprPath> {
+/// The path `loader` or `listener` (`name`) names: a function, written as
+/// it would be called.
+fn function_path(name: &str, value: Expr) -> syn::Result<syn::ExprPath> {
     let value = ungrouped(value);
     let message = match value {
         Expr::Path(path) => return Ok(path),
@@ -345,19 +354,25 @@ fn loader_path(value: Expr) -> syn::Result<syn::ExprPath> {
             lit: Lit::Str(ref string),
             ..
         }) if string.parse::<syn::Path>().is_ok() => format!(
-            "`loader` takes the path of a function, not a string: write \
-             `loader = {}`, without the quotes",
+            "`{name}` takes the path of a function, not a string: write \
+             `{name} = {}`, without the quotes",
             string.value()
         ),
-        Expr::Closure(_) => format!(
+        Expr::Closure(_) if name == "loader" => format!(
             "`loader` takes the path of a function, not a closure: write the loader \
              as an `async fn` and name it, like {}; a loader that needs state goes to \
              `Builder::loader`",
             example("loader")
         ),
+        Expr::Closure(_) => format!(
+            "`{name}` takes the path of a function, not a closure: write the listener \
+             as a `fn` and name it, like {}; a listener that needs state goes to \
+             `Builder::listener`",
+            example(name)
+        ),
         _ => format!(
-            "`loader` takes the path of a function, like {}",
-            example("loader")
+            "`{name}` takes the path of a function, like {}",
+            example(name)
         ),
     };
     Err(syn::Error::new_spanned(value, message))

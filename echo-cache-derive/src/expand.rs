@@ -35,6 +35,7 @@ pub(crate) fn expand(decl: &Decl, input: &DeriveInput) -> TokenStream {
     let import = import_private(&decl.krate);
     let fetch = fetch(input);
     let loader = decl.loader.as_ref().map(loader);
+    let listener = decl.listener.as_ref().map(listener);
 
     quote! {
         #input
@@ -81,6 +82,7 @@ pub(crate) fn expand(decl: &Decl, input: &DeriveInput) -> TokenStream {
 
             impl __echo_private::Declared for #ident {
                 #loader
+                #listener
             }
 
             #fetch
@@ -128,6 +130,18 @@ fn loader(path: &syn::ExprPath) -> TokenStream {
     let erased = quote_spanned!(span=> __echo_private::loader::<Self, _, _, _>(#path));
     quote! {
         fn __loader() -> ::core::option::Option<__echo_private::Loader<Self>> {
+            ::core::option::Option::Some(#erased)
+        }
+    }
+}
+
+/// The `__listener` of the `Declared` impl: the declared removal
+/// listener, erased. A listener of the wrong type is reported on its path.
+fn listener(path: &syn::ExprPath) -> TokenStream {
+    let span = Span::call_site().located_at(path.span());
+    let erased = quote_spanned!(span=> __echo_private::listener::<Self, _>(#path));
+    quote! {
+        fn __listener() -> ::core::option::Option<__echo_private::Listener<Self>> {
             ::core::option::Option::Some(#erased)
         }
     }

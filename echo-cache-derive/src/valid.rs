@@ -36,6 +36,8 @@ pub(crate) struct Decl {
     /// The function that loads a row, checked by the compiler where the
     /// expansion names it.
     pub(crate) loader: Option<syn::ExprPath>,
+    /// The removal listener's path (`listener = ...`), if declared.
+    pub(crate) listener: Option<syn::ExprPath>,
     /// The variant of `echo_cache::Coherence`.
     pub(crate) coherence: &'static str,
     /// The variant of `echo_cache::Placement`.
@@ -100,6 +102,7 @@ pub(crate) fn validate(mut args: Args, input: &DeriveInput) -> Result<Decl, Inva
     let ttl_ms = required(&args, &args.ttl_ms, "ttl_ms", &mut errors)
         .and_then(|(at, lit)| errors.check(at, positive(lit, "ttl_ms")));
     let loader = args.loader.path().cloned();
+    let listener = args.listener.path().cloned();
     let coherence = match args.coherence.lit() {
         Some((at, lit)) => errors.check(at, coherence(lit)),
         None => Some("None"),
@@ -140,7 +143,7 @@ pub(crate) fn validate(mut args: Args, input: &DeriveInput) -> Result<Decl, Inva
     };
     let krate = match &args.krate {
         Value::Lit(at, lit) => errors.check(*at, krate(lit)),
-        // Only `loader` is read as a path.
+        // Only `loader` and `listener` are read as paths.
         Value::Unreadable | Value::Path(..) => None,
         Value::Absent => Some(syn::parse_quote!(::echo_cache)),
     };
@@ -158,6 +161,7 @@ pub(crate) fn validate(mut args: Args, input: &DeriveInput) -> Result<Decl, Inva
             kind,
             ttl_ms,
             loader,
+            listener,
             coherence,
             placement,
             eviction,

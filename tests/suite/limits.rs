@@ -351,7 +351,10 @@ async fn limits_of_an_unknown_or_closed_table_are_refused() {
     let Err(Error::Config(why)) = closed else {
         panic!("a closed table's limits are refused: {closed:?}");
     };
-    assert!(why.contains("given a loader, a codec or limits"), "{why}");
+    assert!(
+        why.contains("given a loader, a codec, a listener or limits"),
+        "{why}"
+    );
     assert!(why.contains(Game::spec().type_name()), "{why}");
 }
 

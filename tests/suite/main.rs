@@ -40,6 +40,7 @@ mod l2;
 mod l2_connect;
 mod l2_outage;
 mod limits;
+mod listeners;
 mod loaders;
 mod lost_grace;
 mod refresh;

@@ -4,11 +4,13 @@
 //!
 //! Everything here runs under the lock of the shard it looks into; the
 //! victim's value is retired like any removed value, and freed by the
-//! epoch outside every lock.
+//! epoch outside every lock (and its removal queued for the table's
+//! listener, if any, delivered outside every lock too).
 
 use std::collections::VecDeque;
 use std::hash::BuildHasher;
 
+use super::removal::RemovalCause;
 use super::{Array, MARKING, REFRESHING, Rows, SHARDS, Tally, is_row, tombstone, update_mark};
 use crate::entity::spec::Eviction;
 use crate::l1::sketch::Sketch;
@@ -513,7 +515,12 @@ impl<T> Rows<T> {
         let slot = &array.slots()[victim.index];
         let value = slot.value.load(Relaxed);
         slot.write(tombstone(), 0, 0, 0);
-        self.retire(value);
+        let cause = if victim.dead {
+            RemovalCause::Expired
+        } else {
+            RemovalCause::Evicted
+        };
+        self.retire_row(slot, value, cause);
         tally.rows -= 1;
         if !victim.dead {
             self.evictions.fetch_add(1, Relaxed);

@@ -34,6 +34,10 @@
 //! - Values and arrays a writer unlinks are freed once no reader can still
 //!   hold them ([`crate::epoch`]); a reader's protection is a store to its
 //!   own thread's cell, no atomic read-modify-write.
+//! - A table with a listener queues each row a writer removes (a reference
+//!   to its value, and why: [`RemovalCause`]) under the shard's lock, and
+//!   delivers it once the writer's locks are released ([`removal`]); a
+//!   hit neither removes rows nor looks at the queue.
 //!
 //! Each row carries its own expiry, drawn at insertion from
 //! `ttl ± ttl·jitter` on the cache's coarse [`Clock`](crate::Clock), so a
@@ -156,12 +160,16 @@ pub(crate) mod epoch;
 mod evict;
 mod expiry;
 mod inspect;
+mod removal;
 pub(crate) mod sketch;
 mod slot;
 mod write;
 
 use array::{Array, capacity_for, moved_hand};
 pub(crate) use expiry::{expiry_within, longest_lifetime, shortest_lifetime};
+pub use removal::RemovalCause;
+use removal::Removals;
+pub use removal::{Listener, listener};
 pub(crate) use slot::{Live, Row};
 use slot::{
     REFRESHING, SEQ_BITS, Slot, absent, into_raw, is_row, mark_of, same_write, share, tombstone,
@@ -267,6 +275,8 @@ pub(crate) struct Rows<T> {
     /// [`MARKING`]): three quarters of `max_size`, so that the rows
     /// read as the table fills are marked when its hand first turns.
     marking_from: usize,
+    /// The removals waiting for the table's listener; `None` without one.
+    removals: Option<Removals<T>>,
 }
 
 // SAFETY: a `Rows<T>` owns `Arc<T>`s and hands out clones of them.
@@ -337,7 +347,14 @@ impl<T> Shard<T> {
 }
 
 impl<T> Rows<T> {
+    #[cfg(test)]
     pub(crate) fn new(spec: &TableSpec) -> Rows<T> {
+        Rows::with_listener(spec, None)
+    }
+
+    /// The rows of a table whose `listener` (if any) is told of every row
+    /// that leaves ([`removal`]).
+    pub(crate) fn with_listener(spec: &TableSpec, listener: Option<Listener<T>>) -> Rows<T> {
         Rows {
             shards: std::array::from_fn(|_| Shard {
                 array: AtomicPtr::new(ptr::null_mut()),
@@ -360,6 +377,7 @@ impl<T> Rows<T> {
             reclaim_every_ms: (spec.sweep_ms / 8).max(1),
             grace: spec.stale_if_error_ms,
             refresh_ms: spec.refresh_ms,
+            removals: listener.map(|listener| Removals::new(listener, spec.name)),
         }
     }
 
@@ -524,6 +542,11 @@ impl<T> Rows<T> {
     /// Live rows evicted for new ones, so far.
     pub(crate) fn evictions(&self) -> u64 {
         self.evictions.load(Relaxed)
+    }
+
+    /// Calls of the table's listener that panicked, so far.
+    pub(crate) fn listener_panics(&self) -> u64 {
+        self.removals.as_ref().map_or(0, Removals::panics)
     }
 }
 

@@ -1,15 +1,19 @@
 //! The write side of L1: inserts, rebuilds, removals and sweeps, each
 //! under its shard's lock, which readers never touch; what a write unlinks
-//! is retired to the epochs, freed once no reader can hold it.
+//! is retired to the epochs, freed once no reader can hold it, and a row
+//! it removes is queued for the table's listener, if it has one
+//! ([`removal`](super::removal)), which the collections deliver.
 
 use std::hash::BuildHasher;
 use std::ptr;
 use std::sync::Arc;
 
 use super::evict::{self, Room};
+use super::removal::RemovalCause;
+use super::slot::Slot;
 use super::{
     Array, REFRESHING, Row, Rows, SEQ_BITS, Shard, Tally, absent, capacity_for, into_raw, is_row,
-    mark_of, moved_hand, shard_of, tombstone,
+    mark_of, moved_hand, shard_of, share, tombstone,
 };
 use crate::entity::spec::Eviction;
 use crate::sync::MutexGuard;
@@ -21,6 +25,18 @@ pub(super) enum Insert<T> {
     Declined(Row<T>),
     /// See [`Room::Elsewhere`].
     Elsewhere(Row<T>, u8),
+}
+
+/// Why the row `slot` holds leaves when a new value of its id takes its
+/// place at `now`: it was [`Replaced`](RemovalCause::Replaced), or it was
+/// dead already ([`Expired`](RemovalCause::Expired): a read of a dead row
+/// misses, and its fill replaces it).
+fn replaced<T>(slot: &Slot<T>, now: u64) -> RemovalCause {
+    if now >= slot.expires_at() {
+        RemovalCause::Expired
+    } else {
+        RemovalCause::Replaced
+    }
 }
 
 impl<T> Rows<T> {
@@ -44,6 +60,31 @@ impl<T> Rows<T> {
             // SAFETY: the slot no longer holds `value`, so no reader that
             // pins from now on can load it.
             unsafe { self.garbage.retire(value.cast(), drop_arc::<T>) };
+        }
+    }
+
+    /// Retires the value of the row `slot` held (its key is still there),
+    /// and queues its removal for the table's listener, if it has one and
+    /// the row held a value (not a remembered absence). Under the shard's
+    /// lock, after the slot was written: the queue holds a reference of
+    /// its own, taken while the lock keeps the row's alive.
+    pub(super) fn retire_row(&self, slot: &Slot<T>, value: *mut T, cause: RemovalCause) {
+        if let Some(removals) = &self.removals
+            && is_row(value)
+            // SAFETY: a row's value, whose reference the slot held until
+            // now and which is retired only below.
+            && let Some(shared) = unsafe { share(value) }
+        {
+            removals.push(slot.key.load(Relaxed), shared, cause);
+        }
+        self.retire(value);
+    }
+
+    /// Delivers the removals queued for the table's listener, if it has
+    /// one. Runs user code: never call it under a lock.
+    fn deliver(&self) {
+        if let Some(removals) = &self.removals {
+            removals.deliver();
         }
     }
 
@@ -98,8 +139,9 @@ impl<T> Rows<T> {
                 // A replacement: no room needed. The read bit stays; the
                 // new row's refresh is not started.
                 let mark = slot.mark() & !REFRESHING | self.refresh_mark(&row);
+                let cause = replaced(slot, now);
                 slot.write(into_raw(row.value), row.version, row.expires_at, mark);
-                self.retire(old);
+                self.retire_row(slot, old, cause);
                 return Insert::Kept;
             }
         }
@@ -232,9 +274,28 @@ impl<T> Rows<T> {
     }
 
     /// Removes the row of `key` if it is older than `version` (any row
-    /// when `version` is `None`); whether it did. Call
+    /// when `version` is `None`), for `cause`; whether it did. Call
     /// [`collect_if_due`](Self::collect_if_due) after, outside any lock.
-    pub(crate) fn remove_older(&self, key: u64, version: Option<u64>) -> bool {
+    pub(crate) fn remove_older(&self, key: u64, version: Option<u64>, cause: RemovalCause) -> bool {
+        self.remove(key, version, |_| cause)
+    }
+
+    /// Removes the row of `key`, which a new value (a put) replaces at
+    /// `now`: [`RemovalCause::Replaced`], or `Expired` if it was dead.
+    /// Whether it did. Call [`collect_if_due`](Self::collect_if_due)
+    /// after, outside any lock.
+    pub(crate) fn remove_replaced(&self, key: u64, now: u64) -> bool {
+        self.remove(key, None, |slot| replaced(slot, now))
+    }
+
+    /// [`remove_older`](Self::remove_older), the cause told by the row's
+    /// slot before it is written.
+    fn remove(
+        &self,
+        key: u64,
+        version: Option<u64>,
+        cause: impl FnOnce(&Slot<T>) -> RemovalCause,
+    ) -> bool {
         let (shard, hash) = self.locate(key);
         let mut tally = shard.lock();
         let Some(array) = shard.array(&tally) else {
@@ -245,15 +306,16 @@ impl<T> Rows<T> {
         if !found || !is_row(value) || version.is_some_and(|v| slot.version.load(Relaxed) >= v) {
             return false;
         }
+        let cause = cause(slot);
         slot.write(tombstone(), 0, 0, 0);
-        self.retire(value);
+        self.retire_row(slot, value, cause);
         tally.rows -= 1;
         self.size.fetch_sub(1, Relaxed);
         true
     }
 
-    /// Removes the rows whose expiry `dead` picks; how many.
-    pub(super) fn remove_where(&self, dead: impl Fn(u64) -> bool) -> usize {
+    /// Removes the rows whose expiry `dead` picks, for `cause`; how many.
+    pub(super) fn remove_where(&self, dead: impl Fn(u64) -> bool, cause: RemovalCause) -> usize {
         let mut removed = 0;
         for shard in &self.shards {
             let mut tally = shard.lock();
@@ -264,7 +326,7 @@ impl<T> Rows<T> {
                 let value = slot.value.load(Relaxed);
                 if is_row(value) && dead(slot.expires_at()) {
                     slot.write(tombstone(), 0, 0, 0);
-                    self.retire(value);
+                    self.retire_row(slot, value, cause);
                     tally.rows -= 1;
                     removed += 1;
                 }
@@ -282,11 +344,18 @@ impl<T> Rows<T> {
         removed
     }
 
-    /// Removes every row dead at `now` for longer than the grace; how
-    /// many.
+    /// Removes every row dead at `now` for longer than the grace, and
+    /// delivers their removals; how many. Runs user code: never call it
+    /// under a lock.
     pub(crate) fn sweep(&self, now: u64) -> usize {
         let grace = self.grace;
-        let swept = self.remove_where(|expires_at| now >= expires_at.saturating_add(grace));
+        let swept = self.remove_where(
+            |expires_at| now >= expires_at.saturating_add(grace),
+            RemovalCause::Expired,
+        );
+        if swept > 0 {
+            self.deliver();
+        }
         self.garbage.collect();
         swept
     }
@@ -294,24 +363,32 @@ impl<T> Rows<T> {
     /// Removes every row. Call [`collect_if_due`](Self::collect_if_due)
     /// after, outside any lock.
     pub(crate) fn clear(&self) {
-        self.remove_where(|_| true);
+        self.remove_where(|_| true, RemovalCause::Flushed);
     }
 
     /// Frees what writers removed, once no reader can hold it. Runs the
-    /// values' destructors: never call it under a lock.
+    /// values' destructors: never call it under a lock. Delivers no
+    /// removal: each is delivered by the thread that removed it (see
+    /// [`removal`](super::removal)), not a moment later by the
+    /// maintenance thread's collection.
     pub(crate) fn collect(&self) {
         self.garbage.collect();
     }
 
+    /// Delivers the removals queued for the table's listener, and
     /// [`collect`](Self::collect)s if writers retired enough since the
-    /// last collection. Never call it under a lock.
+    /// last collection. Runs user code (the listener, the values'
+    /// destructors): never call it under a lock.
     pub(crate) fn collect_if_due(&self) {
+        self.deliver();
         self.garbage.collect_if_due();
     }
 
     /// When a table that evicts nothing ([`Eviction::None`]) is full,
-    /// reclaims its dead rows (at most once every few milliseconds).
-    /// Returns how many it reclaimed.
+    /// reclaims its dead rows (at most once every few milliseconds), and
+    /// delivers their removals. Returns how many it reclaimed. Runs user
+    /// code (the listener, the values' destructors): never call it under
+    /// a lock.
     pub(crate) fn make_room(&self, now: u64) -> usize {
         // A table that evicts takes dead rows first, as its hand meets them.
         if self.eviction != Eviction::None || !self.is_full() {
@@ -327,7 +404,10 @@ impl<T> Rows<T> {
             return 0;
         }
         // Dead rows go, in their grace or not: the table needs room.
-        let reclaimed = self.remove_where(|expires_at| now >= expires_at);
+        let reclaimed = self.remove_where(|expires_at| now >= expires_at, RemovalCause::Expired);
+        if reclaimed > 0 {
+            self.deliver();
+        }
         self.garbage.collect();
         reclaimed
     }

@@ -49,7 +49,7 @@ const SOURCES: [(&str, Count); 8] = [
 ];
 
 /// The other counters of a table: name, description, count in a snapshot.
-const COUNTERS: [(&str, &str, Count); 15] = [
+const COUNTERS: [(&str, &str, Count); 16] = [
     (
         "echo_cache_swept_total",
         "expired rows reclaimed by the sweeper",
@@ -103,6 +103,11 @@ const COUNTERS: [(&str, &str, Count); 15] = [
         "echo_cache_announcements_dropped_total",
         "announcements of writes that did not reach the server",
         |s| s.announcements_dropped,
+    ),
+    (
+        "echo_cache_listener_panics_total",
+        "calls of the table's removal listener that panicked",
+        |s| s.listener_panics,
     ),
     (
         "echo_cache_redeliveries_total",

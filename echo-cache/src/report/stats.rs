@@ -83,7 +83,15 @@ impl Counters {
         counter.fetch_add(1, Relaxed);
     }
 
-    pub(crate) fn snapshot(&self, hits: u64, size: usize, evictions: u64) -> Stats {
+    /// The counters now, with those kept elsewhere: `hits`, the rows in
+    /// L1 (`size`), and L1's `evictions` and `listener_panics`.
+    pub(crate) fn snapshot(
+        &self,
+        hits: u64,
+        size: usize,
+        evictions: u64,
+        listener_panics: u64,
+    ) -> Stats {
         let (flights, coalesced) = (self.flights.load(Relaxed), self.coalesced.sum());
         Stats {
             hits,
@@ -114,6 +122,7 @@ impl Counters {
             malformed_messages: self.malformed_messages.load(Relaxed),
             stale_served: self.stale_served.load(Relaxed),
             stale_backoffs: self.stale_backoffs.load(Relaxed),
+            listener_panics,
         }
     }
 }
@@ -238,6 +247,10 @@ pub struct Stats {
     /// Of `stale_served`, the flights that did not call the loader: it
     /// failed on that id less than the backoff ago.
     pub stale_backoffs: u64,
+    /// Calls of the table's removal listener that panicked
+    /// ([Listeners](crate#listeners)): each panic is caught, and the
+    /// removals after it are delivered as usual.
+    pub listener_panics: u64,
 }
 
 #[cfg(test)]

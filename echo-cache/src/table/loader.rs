@@ -21,6 +21,13 @@ pub trait Declared: Cached {
     fn __loader() -> Option<Loader<Self>> {
         None
     }
+
+    /// The removal listener the declaration names (`listener = ...`), if
+    /// it names one.
+    #[must_use]
+    fn __listener() -> Option<crate::l1::Listener<Self>> {
+        None
+    }
 }
 
 /// A type-erased loader of `T`: the value found, and how long it may live

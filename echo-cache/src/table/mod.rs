@@ -189,8 +189,13 @@ impl<T: Cached> Table<T> {
     }
 
     pub(crate) fn stats(&self) -> Stats {
-        self.counters
-            .snapshot(self.hits.sum(), self.rows.len(), self.rows.evictions())
+        let rows = &self.rows;
+        (self.counters).snapshot(
+            self.hits.sum(),
+            rows.len(),
+            rows.evictions(),
+            rows.listener_panics(),
+        )
     }
 
     /// A jittered L2 lifetime, within `life_ms` (see

@@ -58,6 +58,9 @@ pub(crate) struct Shared {
     /// The batch loaders the builder was given, by the `TypeId` of their
     /// `T`, each a boxed [`BatchLoader<T>`].
     pub(crate) batch_loaders: Mutex<HashMap<TypeId, Box<dyn Any + Send>>>,
+    /// The removal listeners the builder was given, by the `TypeId` of
+    /// their `T`, each a boxed [`Listener<T>`](l1::Listener).
+    pub(crate) listeners: Mutex<HashMap<TypeId, Box<dyn Any + Send>>>,
 }
 
 impl Shared {
@@ -104,7 +107,8 @@ pub(crate) trait AnyTable: Target {
 pub(crate) type Opened = Result<Arc<dyn AnyTable>, &'static TableSpec>;
 
 /// Opens the table of `T` (the `open` of its declaration), with the loader
-/// the builder gave it, else the one it declared.
+/// the builder gave it, else the one it declared; and so for its removal
+/// listener.
 ///
 /// # Errors
 ///
@@ -121,6 +125,9 @@ pub(crate) fn open<T: Declared>(spec: &'static TableSpec, shared: &Shared) -> Op
                 .ok_or(spec)?,
         ),
     };
+    // The builder's listener, else the declared one.
+    let listener = Shared::take::<l1::Listener<T>>(&shared.listeners, TypeId::of::<T>())
+        .or_else(T::__listener);
     let load_timeout = spec
         .load_timeout_ms
         .map_or(shared.load_timeout, Duration::from_millis);
@@ -146,7 +153,7 @@ pub(crate) fn open<T: Declared>(spec: &'static TableSpec, shared: &Shared) -> Op
         me: me.clone(),
         spec,
         load_timeout,
-        rows: Rows::new(spec),
+        rows: Rows::with_listener(spec, listener),
         flights: Flights::new(),
         hits: Striped::new(),
         counters: Counters::default(),

@@ -12,6 +12,7 @@ use super::Table;
 use crate::coherence::Target;
 use crate::entity::id::RawId;
 use crate::entity::spec::{Cached, Coherence, TableSpec};
+use crate::l1::RemovalCause;
 use crate::report::stats::Counters;
 use crate::table::grace::{OnLoss, Over};
 
@@ -32,8 +33,10 @@ impl<T: Cached> Table<T> {
         }
         // Counted before the row goes: whoever sees it gone sees it counted.
         Counters::bump(&self.counters.invalidations);
-        self.flights
-            .overtake(key, || self.rows.remove_older(key, version));
+        self.flights.overtake(key, || {
+            let cause = RemovalCause::InvalidatedRemotely;
+            self.rows.remove_older(key, version, cause)
+        });
         self.rows.collect_if_due();
         tracing::debug!(
             table = self.spec.name,
@@ -151,9 +154,10 @@ impl<T: Cached> Table<T> {
                 }
             };
             if newer > version
-                && self
-                    .flights
-                    .overtake(key, || self.rows.remove_older(key, Some(newer)))
+                && self.flights.overtake(key, || {
+                    let cause = RemovalCause::InvalidatedRemotely;
+                    self.rows.remove_older(key, Some(newer), cause)
+                })
             {
                 dropped += 1;
             }

@@ -11,6 +11,7 @@ use crate::entity::id::RawId;
 use crate::entity::mint::Minter;
 use crate::entity::spec::{Cached, Coherence};
 use crate::error::Error;
+use crate::l1::RemovalCause;
 use crate::l2::Write;
 use crate::report::stats::Counters;
 
@@ -54,7 +55,7 @@ impl<T: Cached> Table<T> {
         let row = self.row(Some(value), version.payload(), now, deadline);
         self.rows.make_room(now);
         let declined = self.flights.overtake(key, || {
-            self.rows.remove_older(key, None);
+            self.rows.remove_replaced(key, now);
             self.install(key, row, now)
         });
         drop(declined);
@@ -91,8 +92,10 @@ impl<T: Cached> Table<T> {
         };
         let stored = if self.spec.coherence.versioned() {
             self.applied.advance(key, version.payload());
-            self.flights
-                .overtake(key, || self.rows.remove_older(key, Some(version.payload())));
+            self.flights.overtake(key, || {
+                let cause = RemovalCause::Invalidated;
+                self.rows.remove_older(key, Some(version.payload()), cause)
+            });
             self.rows.collect_if_due();
             drop_l2.await
         } else {
@@ -100,8 +103,9 @@ impl<T: Cached> Table<T> {
             // starts in between reads the tombstone, and one that read
             // before it is detached.
             let stored = drop_l2.await;
-            self.flights
-                .overtake(key, || self.rows.remove_older(key, None));
+            self.flights.overtake(key, || {
+                self.rows.remove_older(key, None, RemovalCause::Invalidated)
+            });
             self.rows.collect_if_due();
             stored
         };

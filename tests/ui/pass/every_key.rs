@@ -4,11 +4,12 @@
 use echo_cache::{Cached, Coherence, Eviction, Id, Placement, near_cache};
 
 macro_rules! declare {
-    ($kind:literal, $ttl:literal, $loader:path, $coherence:literal, $jitter:tt) => {
+    ($kind:literal, $ttl:literal, $loader:path, $listener:path, $coherence:literal, $jitter:tt) => {
         #[near_cache(
             kind = $kind,
             ttl_ms = $ttl,
             loader = $loader,
+            listener = $listener,
             coherence = $coherence,
             placement = "spread",
             jitter = $jitter,
@@ -29,10 +30,16 @@ macro_rules! declare {
     };
 }
 
-declare!("GAM", 600_000, store::load_game, "durable", 0.25);
+declare!("GAM", 600_000, store::load_game, store::on_removed, "durable", 0.25);
 
 mod store {
     use super::{Game, Id};
+    use echo_cache::RemovalCause;
+    use std::sync::Arc;
+
+    pub fn on_removed(id: Id<Game>, game: Arc<Game>, cause: RemovalCause) {
+        println!("{id} ({}) left: {cause}", game.secret);
+    }
 
     pub async fn load_game(id: Id<Game>) -> Result<Option<Game>, std::io::Error> {
         Ok(Some(Game {

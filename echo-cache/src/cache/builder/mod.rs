@@ -45,6 +45,8 @@ pub struct Builder {
     /// Batch loaders, by `TypeId`, each a `BatchLoader<T>`.
     batch_loaders: HashMap<TypeId, Box<dyn Any + Send>>,
     codecs: HashMap<TypeId, Box<dyn Any + Send>>,
+    /// Removal listeners, by `TypeId`, each a `Listener<T>`.
+    listeners: HashMap<TypeId, Box<dyn Any + Send>>,
     clock: Clock,
     fetch_timeout: Option<Duration>,
     load_timeout: Duration,
@@ -71,6 +73,7 @@ impl Default for Builder {
             loaders: HashMap::new(),
             batch_loaders: HashMap::new(),
             codecs: HashMap::new(),
+            listeners: HashMap::new(),
             clock: Clock::system(),
             fetch_timeout: Some(Builder::DEFAULT_FETCH_TIMEOUT),
             load_timeout: Builder::DEFAULT_LOAD_TIMEOUT,
@@ -335,8 +338,8 @@ impl Builder {
     /// nor given to [`loader`](Self::loader)) and were not built
     /// [`without_loader`](Self::without_loader),
     /// [`Error::Config`] if the node name is not valid, or a table left
-    /// closed ([`open`](Self::open)) was given a loader, a codec or
-    /// limits, or limits break the attribute's rules or name no table
+    /// closed ([`open`](Self::open)) was given a loader, a codec, a
+    /// listener or limits, or limits break the attribute's rules or name no table
     /// ([`limits`](Self::limits)),
     /// [`Error::NoRuntime`] if the cache has L2 and coherent tables and no
     /// runtime to run their coherence lanes on,
@@ -388,6 +391,7 @@ impl Builder {
             #[cfg(feature = "metrics")]
             metrics_node,
             batch_loaders: Mutex::new(self.batch_loaders),
+            listeners: Mutex::new(self.listeners),
         };
         let mut missing = Vec::new();
         let tables: Arc<[Place]> = DECLARATIONS

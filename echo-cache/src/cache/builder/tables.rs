@@ -1,6 +1,6 @@
 //! What a builder is told about each table: its loader (single or batch,
-//! with or without TTLs) or that it has none, its codec, and whether the
-//! cache opens it at all.
+//! with or without TTLs) or that it has none, its codec, its removal
+//! listener, and whether the cache opens it at all.
 
 use std::any::TypeId;
 use std::collections::HashSet;
@@ -14,6 +14,7 @@ use crate::cache::Cache;
 use crate::entity::id::Id;
 use crate::entity::spec::{Cached, TableSpec};
 use crate::error::{BoxError, Error};
+use crate::l1::{self, Listener, RemovalCause};
 use crate::l2::Codec;
 use crate::table::{self, Loader};
 
@@ -287,6 +288,70 @@ impl Builder {
         self
     }
 
+    /// Tells `listen` of every row of `T` that leaves this cache's L1:
+    /// its id, the value it held, and why it left ([`RemovalCause`]:
+    /// expired, evicted, invalidated here or by another node, replaced,
+    /// flushed). See [Listeners](crate#listeners) in the crate docs for
+    /// when each is delivered and what is not.
+    ///
+    /// A listener given here overrides the one `T` declares
+    /// (`#[near_cache(..., listener = on_removed)]`), in this cache only,
+    /// as [`loader`](Self::loader) does; the last of two calls for `T`
+    /// wins.
+    ///
+    /// It is called after the row is gone, with no lock of the cache held
+    /// (it may read and write the cache, its own table included), one call
+    /// at a time per table, in the order the rows left, and never on the
+    /// hit path: on the thread whose write, fill or flush removed the row,
+    /// or the maintenance thread (the sweeper's expired rows). Keep it
+    /// short: it delays that thread. A panic in it is caught and counted
+    /// ([`Stats::listener_panics`](crate::Stats::listener_panics)); the
+    /// next removals are delivered as usual.
+    ///
+    /// ```standalone_crate
+    /// use std::sync::{Arc, Mutex};
+    /// use echo_cache::{near_cache, Cache, Id, RemovalCause};
+    ///
+    /// #[near_cache(kind = "SES", ttl_ms = 3_600_000)]
+    /// #[derive(serde::Serialize, serde::Deserialize)]
+    /// struct Session { user: String }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), echo_cache::Error> {
+    /// let left = Arc::new(Mutex::new(Vec::new()));
+    /// let seen = Arc::clone(&left);
+    /// let cache = Cache::builder()
+    ///     .without_loader::<Session>()
+    ///     .listener(move |id: Id<Session>, session: Arc<Session>, cause| {
+    ///         seen.lock().unwrap().push((id, session.user.clone(), cause));
+    ///     })
+    ///     .build()?;
+    /// let id = Id::<Session>::mint();
+    /// cache.put(id, Session { user: "ada".into() }).await?;
+    /// cache.put(id, Session { user: "grace".into() }).await?;
+    /// cache.invalidate(id).await?;
+    /// assert_eq!(
+    ///     *left.lock().unwrap(),
+    ///     [
+    ///         (id, "ada".to_owned(), RemovalCause::Replaced),
+    ///         (id, "grace".to_owned(), RemovalCause::Invalidated),
+    ///     ]
+    /// );
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn listener<T, F>(mut self, listen: F) -> Builder
+    where
+        T: Cached,
+        F: Fn(Id<T>, Arc<T>, RemovalCause) + Send + Sync + 'static,
+    {
+        let listener: Listener<T> = l1::listener(listen);
+        self.configure(T::__spec());
+        self.listeners.insert(TypeId::of::<T>(), Box::new(listener));
+        self
+    }
+
     /// Opens `T`'s table, and, once any table is named here, only the
     /// tables named here: for a program with several caches, or one that
     /// links declarations (a library's) it does not serve from this cache.
@@ -340,12 +405,12 @@ impl Builder {
     }
 
     /// Records that `spec`'s table was given something (a loader, a
-    /// codec, limits): see [`check_open`](Self::check_open).
+    /// codec, a listener, limits): see [`check_open`](Self::check_open).
     pub(super) fn configure(&mut self, spec: &'static TableSpec) {
         self.configured.insert(super::limits::address(spec), spec);
     }
 
-    /// Refuses a loader, a codec or limits given to a table the builder
+    /// Refuses a loader, a codec, a listener or limits given to a table the builder
     /// leaves closed: a mistake, said at build.
     pub(super) fn check_open(&self) -> Result<(), Error> {
         let mut closed: Vec<&str> = (self.configured.values())
@@ -357,7 +422,7 @@ impl Builder {
         }
         closed.sort_unstable();
         Err(Error::Config(format!(
-            "{} given a loader, a codec or limits, but the builder opens other tables only: \
+            "{} given a loader, a codec, a listener or limits, but the builder opens other tables only: \
              name each with `open` too, or give it nothing",
             closed.join(", ")
         )))

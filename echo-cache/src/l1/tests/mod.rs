@@ -106,9 +106,12 @@ fn rows_are_found_replaced_and_removed_through_rebuilds() {
         }
         if i % 3 == 0 {
             // Only a row older than the version goes.
-            assert!(!rows.remove_older(key, Some(1)));
-            assert!(rows.remove_older(key, Some(3)));
-            assert!(!rows.remove_older(key, None), "already gone");
+            assert!(!rows.remove_older(key, Some(1), RemovalCause::Invalidated));
+            assert!(rows.remove_older(key, Some(3), RemovalCause::Invalidated));
+            assert!(
+                !rows.remove_older(key, None, RemovalCause::Invalidated),
+                "already gone"
+            );
         }
     }
     let gone = keys(KEYS as u64).step_by(3).count();
@@ -162,7 +165,7 @@ fn a_remembered_absence_reads_as_a_live_row_without_a_value() {
     assert!(rows.insert(9, absent, 0).is_ok());
     assert_eq!(read(&rows, 9, 0), Some((None, 4)));
     assert_eq!(rows.len(), 1);
-    assert!(rows.remove_older(9, None));
+    assert!(rows.remove_older(9, None, RemovalCause::Invalidated));
     assert_eq!(read(&rows, 9, 0), None);
 }
 
@@ -176,7 +179,7 @@ fn a_full_table_keeps_no_new_key_but_replaces_its_rows() {
     assert_eq!(read(&rows, 10, 0), None);
     assert!(rows.insert(3, row(33, 2, 100), 0).is_ok(), "a replacement");
     assert_eq!(read(&rows, 3, 0), Some((Some(33), 2)));
-    assert!(rows.remove_older(4, None));
+    assert!(rows.remove_older(4, None, RemovalCause::Invalidated));
     assert!(rows.insert(10, row(10, 1, 100), 0).is_ok());
     assert!(rows.insert(4, row(4, 1, 100), 0).is_err(), "a tombstone");
     rows.clear();
@@ -199,7 +202,7 @@ fn removed_values_are_dropped_once_no_reader_can_hold_them() {
         };
         assert!(rows.insert(key, row, 0).is_ok());
     }
-    rows.remove_older(1, None);
+    rows.remove_older(1, None, RemovalCause::Invalidated);
     assert!(rows.insert(2, row(3, 2, 100), 0).is_ok());
     // Other tests' readers pin and unpin meanwhile; the epoch gets there.
     for _ in 0..10_000 {
@@ -326,7 +329,7 @@ fn a_dead_row_stays_for_the_grace_and_no_longer() {
 
     assert_eq!(rows.sweep(599), 0, "kept for the grace");
     assert!(
-        rows.remove_older(2, None),
+        rows.remove_older(2, None, RemovalCause::Invalidated),
         "an invalidation takes a dead row"
     );
     assert_eq!(stale(2, 100), None);

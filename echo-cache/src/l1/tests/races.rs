@@ -66,7 +66,7 @@ fn readers_see_whole_rows_while_writers_rewrite_and_free_them() {
                         continue;
                     }
                     match n % 16 {
-                        0 => drop(rows.remove_older(key, None)),
+                        0 => drop(rows.remove_older(key, None, RemovalCause::Invalidated)),
                         // Rows of odd versions die at 1 (readers read at 0).
                         1 => drop(rows.sweep(1)),
                         2 => rows.collect(),
