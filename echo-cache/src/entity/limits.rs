@@ -257,6 +257,8 @@ mod tests {
             coherence: Coherence::Broadcast,
             placement: Placement::Spread,
             eviction: Eviction::None,
+            warm: crate::entity::spec::Warm::Off,
+            warm_ids: TableSpec::DEFAULT_WARM_IDS,
             fingerprint: 7,
         }
     }
