@@ -63,6 +63,7 @@ use crate::keyspace;
 use crate::report::stats::Counters;
 
 mod batch;
+mod hot;
 
 pub(crate) struct Tier<T> {
     server: Arc<Server>,

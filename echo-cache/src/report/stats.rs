@@ -76,6 +76,7 @@ pub(crate) struct Counters {
     pub(crate) malformed_messages: AtomicU64,
     pub(crate) stale_served: AtomicU64,
     pub(crate) stale_backoffs: AtomicU64,
+    pub(crate) warmed: AtomicU64,
 }
 
 impl Counters {
@@ -114,6 +115,7 @@ impl Counters {
             malformed_messages: self.malformed_messages.load(Relaxed),
             stale_served: self.stale_served.load(Relaxed),
             stale_backoffs: self.stale_backoffs.load(Relaxed),
+            warmed: self.warmed.load(Relaxed),
         }
     }
 }
@@ -238,6 +240,10 @@ pub struct Stats {
     /// Of `stale_served`, the flights that did not call the loader: it
     /// failed on that id less than the backoff ago.
     pub stale_backoffs: u64,
+    /// Rows a warm start installed from the fleet's hot list in L2 (see
+    /// [Warm start](crate#warm-start)): read from L2 before any fetch asked
+    /// for them, so neither hits, misses nor `l2_hits`.
+    pub warmed: u64,
 }
 
 #[cfg(test)]

@@ -103,6 +103,20 @@ impl<W> Flights<W> {
         current
     }
 
+    /// Ends the flight `token` of `key` without installing anything, if it
+    /// is still the key's flight and `alone(waiters)` says nobody else
+    /// waits for it; whether it did. (A warm start's slot that found
+    /// nothing: a miss that joins afterwards starts a flight of its own.)
+    pub(crate) fn abandon(&self, key: u64, token: u64, alone: impl FnOnce(&W) -> bool) -> bool {
+        let mut shard = self.shard(key);
+        let current = shard.get(&key).filter(|slot| slot.token == token);
+        if current.is_some_and(|slot| alone(&slot.waiters)) {
+            shard.remove(&key);
+            return true;
+        }
+        false
+    }
+
     /// Detaches the flight of `key`, if one is under way (it will not
     /// install, and new misses start afresh), and runs `write` (an eviction
     /// or a put) under the same lock.
