@@ -10,6 +10,7 @@ mod inspect;
 mod maintenance;
 mod ops;
 mod tasks;
+mod warm;
 
 pub use builder::Builder;
 pub use inspect::Snapshot;
@@ -498,6 +499,7 @@ impl Cache {
             .readiness
             .until(|| {
                 inner.readiness.is_claimed()
+                    && inner.readiness.is_warm()
                     && open_tables(&inner.tables).all(|table| table.trusted())
             })
             .await;

@@ -64,6 +64,8 @@ use crate::report::stats::Counters;
 
 mod batch;
 mod hot;
+#[cfg(test)]
+pub(crate) use hot::DECAY;
 
 pub(crate) struct Tier<T> {
     server: Arc<Server>,
