@@ -49,4 +49,5 @@ mod tracing;
 mod user_code;
 mod versions;
 mod wire;
+mod warm_start;
 mod writes;

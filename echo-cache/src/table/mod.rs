@@ -284,7 +284,7 @@ impl<T: Cached> AnyTable for Table<T> {
         Box::pin(Table::warm(self))
     }
 
-    fn publish_hot(&self) -> BoxFuture<'_, ()> {
+    fn publish_hot(&self) -> BoxFuture<'_, usize> {
         Box::pin(Table::publish_hot(self))
     }
 }

@@ -102,8 +102,8 @@ pub(crate) trait AnyTable: Target {
     /// how many rows it installed.
     fn warm(&self) -> BoxFuture<'_, usize>;
     /// Merges this node's hottest ids into the fleet's hot list, if the
-    /// table is declared `warm`.
-    fn publish_hot(&self) -> BoxFuture<'_, ()>;
+    /// table is declared `warm`; how many.
+    fn publish_hot(&self) -> BoxFuture<'_, usize>;
 }
 
 /// An opened table, or the spec of a table refused for want of a loader.

@@ -76,18 +76,25 @@ impl<T: Cached> Table<T> {
     }
 
     /// Merges [`hot_to_publish`](Self::hot_to_publish) into the fleet's
-    /// list in L2, if the table is `warm` and has L2 and rows to list.
-    pub(crate) async fn publish_hot(&self) {
+    /// list in L2, if the table is `warm` and has L2 and rows to list; how
+    /// many ids it merged (0 if it did not; an L2 failure is counted in
+    /// `l2_errors`).
+    pub(crate) async fn publish_hot(&self) -> usize {
         let Some(tier) = self.tier.as_ref().filter(|_| self.warms()) else {
-            return;
+            return 0;
         };
         let hot = self.hot_to_publish();
         if hot.is_empty() {
-            return;
+            return 0;
         }
         let ttl_ms = self.spec.ttl_ms.saturating_add(self.spec.stale_if_error_ms);
-        if let Err(failure) = tier.merge_hot(&hot, self.spec.warm_ids, ttl_ms).await {
-            tracing::debug!(table = self.spec.name, %failure, "publishing the hot ids failed");
+        match tier.merge_hot(&hot, self.spec.warm_ids, ttl_ms).await {
+            Ok(_) => hot.len(),
+            Err(failure) => {
+                Counters::bump(&self.counters.l2_errors);
+                tracing::debug!(table = self.spec.name, %failure, "publishing the hot ids failed");
+                0
+            }
         }
     }
 
