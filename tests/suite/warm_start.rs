@@ -10,7 +10,7 @@ use std::convert::Infallible;
 use std::time::Duration;
 
 use echo_cache::{Builder, Cache, Cached, Id, Limits, Source, Warm, keyspace, near_cache};
-use echo_cache_testkit::RedisServer;
+use echo_cache_testkit::{RedisCluster, RedisServer};
 
 use crate::common::{Calls, bounded, eventually, query};
 
@@ -33,6 +33,32 @@ struct User {
     rev: u64,
 }
 
+#[near_cache(
+    kind = "WST",
+    ttl_ms = 600_000,
+    max_size = 200,
+    name = "warm_tracked",
+    coherence = "tracking",
+    warm = "ready"
+)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+struct Tracked {
+    rev: u64,
+}
+
+#[near_cache(
+    kind = "WSS",
+    ttl_ms = 600_000,
+    max_size = 200,
+    name = "warm_spread",
+    placement = "spread",
+    warm = "ready"
+)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+struct Spot {
+    rev: u64,
+}
+
 #[near_cache(kind = "WSC", ttl_ms = 600_000, max_size = 200, name = "warm_cold")]
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 struct Rule {
@@ -47,20 +73,31 @@ fn cache_builder() -> Builder {
         .open::<Game>()
         .open::<User>()
         .open::<Rule>()
+        .open::<Tracked>()
+        .open::<Spot>()
 }
 
 /// A node whose loaders answer revision `rev` and count their calls in
 /// `calls`, merging its hot ids every `publish` (on a server, generous
 /// timeouts: a loaded machine must not drop an L2 read).
 fn node(server: &RedisServer, rev: u64, calls: &Calls, publish: Duration) -> Cache {
+    loaders(cache_builder().l2(server.url()), rev, calls, publish)
+        .build()
+        .expect("cache builds")
+}
+
+/// `builder` with the loaders and limits of [`node`].
+fn loaders(builder: Builder, rev: u64, calls: &Calls, publish: Duration) -> Builder {
     let limits = Limits::new().warm_ids(LISTED);
     let (game, user, rule) = (calls.clone(), calls.clone(), calls.clone());
-    cache_builder()
-        .l2(server.url())
+    let (tracked, spot) = (calls.clone(), calls.clone());
+    builder
         .l2_timeout(Duration::from_secs(2))
         .hot_publish_every(publish)
         .limits::<Game>(limits)
         .limits::<User>(limits)
+        .limits::<Tracked>(limits)
+        .limits::<Spot>(limits)
         .loader(move |_: Id<Game>| {
             game.count();
             async move { Ok::<_, Infallible>(Some(Game { rev })) }
@@ -73,8 +110,14 @@ fn node(server: &RedisServer, rev: u64, calls: &Calls, publish: Duration) -> Cac
             rule.count();
             async move { Ok::<_, Infallible>(Some(Rule { rev })) }
         })
-        .build()
-        .expect("cache builds")
+        .loader(move |_: Id<Tracked>| {
+            tracked.count();
+            async move { Ok::<_, Infallible>(Some(Tracked { rev })) }
+        })
+        .loader(move |_: Id<Spot>| {
+            spot.count();
+            async move { Ok::<_, Infallible>(Some(Spot { rev })) }
+        })
 }
 
 /// 300 ids of `T`, ranked by how often `cache` reads them, the hottest
@@ -273,4 +316,50 @@ async fn the_list_stays_bounded_and_expires() {
         (1..=600_000).contains(&ttl),
         "the list lives as long as its frames may: {ttl} ms"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tracking_table_warms_once_its_channel_is_up_and_stays_coherent() {
+    let server = RedisServer::start();
+    let a = node(&server, 1, &Calls::default(), NEVER);
+    bounded("A ready", a.ready()).await;
+    zipf_reads::<Tracked>(&a).await;
+    let hot = published::<Tracked>(&server, &a).await;
+
+    let b_calls = Calls::default();
+    let b = node(&server, 2, &b_calls, NEVER);
+    bounded("B ready", b.ready()).await;
+    assert_eq!(b.stats::<Tracked>().warmed, LISTED as u64);
+    assert!(hot.iter().all(|&id| b.peek(id).is_some()), "every listed id is warm");
+    assert_eq!(b_calls.get(), 0);
+    // A warmed row is a row like any other: A's write evicts it on B.
+    a.put(hot[0], Tracked { rev: 3 }).await.expect("put");
+    eventually("B drops its warmed row", async || b.peek(hot[0]).is_none()).await;
+    assert_eq!(b.fetch(hot[0]).await.expect("fetch").rev, 3);
+}
+
+/// On a cluster: the list is one key in the table's slot; a `spread`
+/// table's frames, on every slot, are warmed by one `MGET` per slot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_warms_on_a_cluster_in_either_placement() {
+    let cluster = RedisCluster::start(3, 0);
+    let on_cluster = |rev, calls: &Calls| {
+        let builder = cache_builder().l2_cluster(cluster.urls());
+        loaders(builder, rev, calls, NEVER).build().expect("cache builds")
+    };
+    let a = on_cluster(1, &Calls::default());
+    bounded("A ready", a.ready()).await;
+    let games = zipf_reads::<Game>(&a).await;
+    let spots = zipf_reads::<Spot>(&a).await;
+    assert_eq!(a.publish_hot::<Game>().await, LISTED);
+    assert_eq!(a.publish_hot::<Spot>().await, LISTED);
+
+    let b_calls = Calls::default();
+    let b = on_cluster(2, &b_calls);
+    bounded("B ready", b.ready()).await;
+    assert_eq!(b.stats::<Game>().warmed, LISTED as u64);
+    assert_eq!(b.stats::<Spot>().warmed, LISTED as u64);
+    assert_eq!(b.peek(games[0]).map(|game| game.rev), Some(1), "the head is warm");
+    assert_eq!(b.peek(spots[0]).map(|spot| spot.rev), Some(1), "the head is warm");
+    assert_eq!(b_calls.get(), 0);
 }

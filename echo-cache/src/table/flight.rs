@@ -143,6 +143,45 @@ impl<W> Flights<W> {
     }
 }
 
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A flight that starts as `Arc<()>`s do in a table: the registry
+    /// holds one, the leader another, each follower one more.
+    fn lead(flights: &Flights<std::sync::Arc<()>>, key: u64) -> (u64, std::sync::Arc<()>) {
+        let start = || {
+            let answer = std::sync::Arc::new(());
+            (std::sync::Arc::clone(&answer), answer)
+        };
+        match flights.join(key, || None::<()>, |_| unreachable!("no flight"), start) {
+            Joined::Leader(token, answer) => (token, answer),
+            _ => unreachable!("the first miss leads"),
+        }
+    }
+
+    #[test]
+    fn a_flight_is_abandoned_only_if_current_and_nobody_else_waits() {
+        let flights = Flights::new();
+        let alone = |answer: &std::sync::Arc<()>| std::sync::Arc::strong_count(answer) <= 2;
+
+        let (token, _answer) = lead(&flights, 7);
+        assert!(flights.abandon(7, token, alone), "alone: abandoned");
+        let (again, _) = lead(&flights, 7);
+        assert_ne!(again, token, "the next miss starts a fresh flight");
+
+        let (token, _answer) = lead(&flights, 8);
+        let follower = flights.join(8, || None::<()>, std::sync::Arc::clone, || unreachable!());
+        assert!(!flights.abandon(8, token, alone), "a follower waits: kept");
+        drop(follower);
+        assert!(flights.abandon(8, token, alone), "the follower left");
+
+        let (token, _answer) = lead(&flights, 9);
+        flights.overtake(9, || ());
+        assert!(!flights.abandon(9, token, alone), "detached: not its to abandon");
+    }
+}
+
 #[cfg(all(test, echo_cache_loom))]
 mod model {
     //! Run with `RUSTFLAGS="--cfg echo_cache_loom" cargo test -p echo-cache --lib model`.
