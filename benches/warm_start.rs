@@ -130,7 +130,10 @@ fn sum(seconds: &[(u64, u64)]) -> (u64, u64) {
 }
 
 fn line(name: &str, seconds: &[(u64, u64)], stats: &Stats) -> String {
-    let each: Vec<String> = seconds.iter().map(|&s| format!("{:.0}", ratio(s))).collect();
+    let each: Vec<String> = seconds
+        .iter()
+        .map(|&s| format!("{:.0}", ratio(s)))
+        .collect();
     format!(
         "{name:<5} {:>6.1} %  {:>7}  {:>6}  {:>8}  {:>7}  {}",
         ratio(sum(seconds)),

@@ -155,7 +155,9 @@ pub(crate) fn validate(mut args: Args, input: &DeriveInput) -> Result<Decl, Inva
         Value::Absent => Some(syn::parse_quote!(::echo_cache)),
     };
 
-    match (kind, ttl_ms, coherence, placement, eviction, warm, name, krate) {
+    match (
+        kind, ttl_ms, coherence, placement, eviction, warm, name, krate,
+    ) {
         (
             Some(kind),
             Some(ttl_ms),

@@ -48,7 +48,8 @@ pub mod __private {
     pub use crate::cache::directory::{DECLARATIONS, Declaration, SpecParts};
     pub use crate::table::{Declared, Loader, loader};
     pub use crate::{
-        Cache, Cached, Coherence, Error, Eviction, Fetch, Id, IdOf, Kind, Placement, TableSpec, Warm,
+        Cache, Cached, Coherence, Error, Eviction, Fetch, Id, IdOf, Kind, Placement, TableSpec,
+        Warm,
     };
     pub use linkme;
 }

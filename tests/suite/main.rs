@@ -48,6 +48,6 @@ mod stale;
 mod tracing;
 mod user_code;
 mod versions;
-mod wire;
 mod warm_start;
+mod wire;
 mod writes;

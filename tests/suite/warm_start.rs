@@ -14,7 +14,13 @@ use echo_cache_testkit::{RedisCluster, RedisServer};
 
 use crate::common::{Calls, bounded, eventually, query};
 
-#[near_cache(kind = "WSG", ttl_ms = 600_000, max_size = 200, name = "warm_games", warm = "ready")]
+#[near_cache(
+    kind = "WSG",
+    ttl_ms = 600_000,
+    max_size = 200,
+    name = "warm_games",
+    warm = "ready"
+)]
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 struct Game {
     rev: u64,
@@ -148,7 +154,11 @@ async fn zipf_reads<T: Cached>(cache: &Cache) -> Vec<Id<T>> {
 async fn listed<T: Cached>(server: &RedisServer) -> Vec<Id<T>> {
     let mut raw = server.connection().await;
     let mut range = redis::cmd("ZRANGE");
-    range.arg(keyspace::hot(T::spec())).arg(0).arg(-1).arg("REV");
+    range
+        .arg(keyspace::hot(T::spec()))
+        .arg(0)
+        .arg(-1)
+        .arg("REV");
     let members: Vec<String> = query(&mut raw, &range).await;
     members
         .iter()
@@ -158,7 +168,11 @@ async fn listed<T: Cached>(server: &RedisServer) -> Vec<Id<T>> {
 
 /// Merges `cache`'s hottest ids of `T` into the list; what it lists.
 async fn published<T: Cached>(server: &RedisServer, cache: &Cache) -> Vec<Id<T>> {
-    assert_eq!(cache.publish_hot::<T>().await, LISTED, "a full share merged");
+    assert_eq!(
+        cache.publish_hot::<T>().await,
+        LISTED,
+        "a full share merged"
+    );
     let hot = listed::<T>(server).await;
     assert_eq!(hot.len(), LISTED);
     hot
@@ -237,14 +251,21 @@ async fn a_table_not_declared_warm_lists_nothing_and_warms_nothing() {
     .await;
     assert_eq!(a.publish_hot::<Rule>().await, 0, "nothing merged");
     let mut raw = server.connection().await;
-    let exists: bool = query(&mut raw, redis::cmd("EXISTS").arg(keyspace::hot(Rule::spec()))).await;
+    let exists: bool = query(
+        &mut raw,
+        redis::cmd("EXISTS").arg(keyspace::hot(Rule::spec())),
+    )
+    .await;
     assert!(!exists, "no hot list for a table not declared warm");
 
     let b_calls = Calls::default();
     let b = node(&server, 2, &b_calls, NEVER);
     bounded("B ready", b.ready()).await;
     assert_eq!(b.stats::<Rule>().warmed, 0);
-    assert!(rules.iter().all(|&id| b.peek(id).is_none()), "B's rules start cold");
+    assert!(
+        rules.iter().all(|&id| b.peek(id).is_none()),
+        "B's rules start cold"
+    );
     assert_eq!(b_calls.get(), 0);
 }
 
@@ -262,7 +283,10 @@ async fn an_id_written_after_it_was_listed_is_warmed_as_l2_holds_it_now() {
     let b_calls = Calls::default();
     let b = node(&server, 2, &b_calls, NEVER);
     bounded("B ready", b.ready()).await;
-    assert!(b.peek(invalidated).is_none(), "an invalidated id is not warmed");
+    assert!(
+        b.peek(invalidated).is_none(),
+        "an invalidated id is not warmed"
+    );
     let peeked = b.peek(put).expect("the put's frame is warmed");
     assert_eq!((peeked.rev, peeked.version()), (3, written));
     assert_eq!(b.stats::<Game>().warmed, LISTED as u64 - 1);
@@ -284,7 +308,10 @@ async fn a_table_invalidated_whole_after_it_was_listed_warms_nothing() {
     let b_calls = Calls::default();
     let b = node(&server, 2, &b_calls, NEVER);
     bounded("B ready", b.ready()).await;
-    assert!(hot.iter().all(|&id| b.peek(id).is_none()), "every frame is buried");
+    assert!(
+        hot.iter().all(|&id| b.peek(id).is_none()),
+        "every frame is buried"
+    );
     assert_eq!(b.stats::<Game>().warmed, 0);
     assert_eq!(b_calls.get(), 0);
     let fresh = b.fetch(hot[0]).await.expect("fetch");
@@ -311,7 +338,11 @@ async fn the_list_stays_bounded_and_expires() {
     .await;
     assert_eq!(listed::<Game>(&server).await.len(), LISTED);
     let mut raw = server.connection().await;
-    let ttl: i64 = query(&mut raw, redis::cmd("PTTL").arg(keyspace::hot(Game::spec()))).await;
+    let ttl: i64 = query(
+        &mut raw,
+        redis::cmd("PTTL").arg(keyspace::hot(Game::spec())),
+    )
+    .await;
     assert!(
         (1..=600_000).contains(&ttl),
         "the list lives as long as its frames may: {ttl} ms"
@@ -330,7 +361,10 @@ async fn a_tracking_table_warms_once_its_channel_is_up_and_stays_coherent() {
     let b = node(&server, 2, &b_calls, NEVER);
     bounded("B ready", b.ready()).await;
     assert_eq!(b.stats::<Tracked>().warmed, LISTED as u64);
-    assert!(hot.iter().all(|&id| b.peek(id).is_some()), "every listed id is warm");
+    assert!(
+        hot.iter().all(|&id| b.peek(id).is_some()),
+        "every listed id is warm"
+    );
     assert_eq!(b_calls.get(), 0);
     // A warmed row is a row like any other: A's write evicts it on B.
     a.put(hot[0], Tracked { rev: 3 }).await.expect("put");
@@ -345,7 +379,9 @@ async fn a_node_warms_on_a_cluster_in_either_placement() {
     let cluster = RedisCluster::start(3, 0);
     let on_cluster = |rev, calls: &Calls| {
         let builder = cache_builder().l2_cluster(cluster.urls());
-        loaders(builder, rev, calls, NEVER).build().expect("cache builds")
+        loaders(builder, rev, calls, NEVER)
+            .build()
+            .expect("cache builds")
     };
     let a = on_cluster(1, &Calls::default());
     bounded("A ready", a.ready()).await;
@@ -359,7 +395,15 @@ async fn a_node_warms_on_a_cluster_in_either_placement() {
     bounded("B ready", b.ready()).await;
     assert_eq!(b.stats::<Game>().warmed, LISTED as u64);
     assert_eq!(b.stats::<Spot>().warmed, LISTED as u64);
-    assert_eq!(b.peek(games[0]).map(|game| game.rev), Some(1), "the head is warm");
-    assert_eq!(b.peek(spots[0]).map(|spot| spot.rev), Some(1), "the head is warm");
+    assert_eq!(
+        b.peek(games[0]).map(|game| game.rev),
+        Some(1),
+        "the head is warm"
+    );
+    assert_eq!(
+        b.peek(spots[0]).map(|spot| spot.rev),
+        Some(1),
+        "the head is warm"
+    );
     assert_eq!(b_calls.get(), 0);
 }

@@ -328,9 +328,15 @@ mod tests {
         let faults = declared(None).limited(&limits).expect_err("six mistakes");
         assert_eq!(faults.len(), 6, "{faults:?}");
         let over = Limits::new().warm_ids(MAX_WARM_IDS + 1);
-        assert!(declared(None).limited(&over).is_err(), "over 100_000 hot ids");
+        assert!(
+            declared(None).limited(&over).is_err(),
+            "over 100_000 hot ids"
+        );
         let within = Limits::new().warm_ids(MAX_WARM_IDS);
-        assert_eq!(declared(None).limited(&within).map(|spec| spec.warm_ids), Ok(MAX_WARM_IDS));
+        assert_eq!(
+            declared(None).limited(&within).map(|spec| spec.warm_ids),
+            Ok(MAX_WARM_IDS)
+        );
         assert!(faults[0].starts_with("`ttl_ms` may not be 0"));
         assert!(faults[1].starts_with("`jitter` is from 0.0 to 0.5, not 0.7"));
         assert!(faults[2].starts_with("`max_size` may not be 0"));

@@ -178,7 +178,10 @@ mod tests {
 
         let (token, _answer) = lead(&flights, 9);
         flights.overtake(9, || ());
-        assert!(!flights.abandon(9, token, alone), "detached: not its to abandon");
+        assert!(
+            !flights.abandon(9, token, alone),
+            "detached: not its to abandon"
+        );
     }
 }
 

@@ -125,7 +125,12 @@ impl<T: Cached> Table<T> {
         for batch in keys.chunks(WARM_BATCH) {
             warmed += self.warm_batch(batch, &runtime).await;
         }
-        tracing::debug!(table = self.spec.name, listed = keys.len(), warmed, "warmed");
+        tracing::debug!(
+            table = self.spec.name,
+            listed = keys.len(),
+            warmed,
+            "warmed"
+        );
         warmed
     }
 
@@ -196,7 +201,12 @@ impl<T: Cached> Table<T> {
         answer: &Answer<T>,
     ) -> bool {
         let now = self.clock.now_ms();
-        let mut row = self.row(Some(Arc::clone(fetched.value())), fetched.version().payload(), now, deadline);
+        let mut row = self.row(
+            Some(Arc::clone(fetched.value())),
+            fetched.version().payload(),
+            now,
+            deadline,
+        );
         row.refreshable = true;
         self.rows.make_room(now);
         let mut installed = false;

@@ -35,9 +35,18 @@ impl<T: Cached> Tier<T> {
         keep: usize,
         ttl_ms: u64,
     ) -> Result<usize, Failure> {
-        let span = tracing::debug_span!("l2", op = "merge_hot", table = self.spec.name(), ids = hot.len());
+        let span = tracing::debug_span!(
+            "l2",
+            op = "merge_hot",
+            table = self.spec.name(),
+            ids = hot.len()
+        );
         let key = keyspace::hot(self.spec).into_bytes();
-        let (decay, keep, ttl) = (DECAY.to_string(), keep.to_string(), ttl_ms.max(1).to_string());
+        let (decay, keep, ttl) = (
+            DECAY.to_string(),
+            keep.to_string(),
+            ttl_ms.max(1).to_string(),
+        );
         let pairs: Vec<(String, [u8; crate::entity::id::ID_LEN])> = hot
             .iter()
             .map(|&(key, heat)| (heat.to_string(), RawId::new(T::KIND, key).to_bytes()))
