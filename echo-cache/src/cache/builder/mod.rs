@@ -375,13 +375,7 @@ impl Builder {
     /// L2 errors.
     pub fn build(mut self) -> Result<Cache, Error> {
         directory::check_unique()?;
-        if self.hot_publish_every.is_zero() {
-            return Err(Error::Config(
-                "hot_publish_every may not be zero: it is how often each `warm` table \
-                 merges this node's hottest ids into the fleet's list in L2"
-                    .to_owned(),
-            ));
-        }
+        hot_publish_every_fault(self.hot_publish_every)?;
         let in_force = self.specs_in_force()?;
         self.check_open()?;
         #[cfg(feature = "metrics")]
@@ -481,6 +475,18 @@ impl Builder {
             inner,
         })
     }
+}
+
+/// A zero `hot_publish_every`, refused.
+fn hot_publish_every_fault(every: Duration) -> Result<(), Error> {
+    if every.is_zero() {
+        return Err(Error::Config(
+            "hot_publish_every may not be zero: it is how often each `warm` table merges \
+             this node's hottest ids into the fleet's list in L2"
+                .to_owned(),
+        ));
+    }
+    Ok(())
 }
 
 /// The longest node name: it names a consumer group and a client.
