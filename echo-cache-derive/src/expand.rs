@@ -20,6 +20,7 @@ pub(crate) fn expand(decl: &Decl, input: &DeriveInput) -> TokenStream {
     let coherence = syn::Ident::new(decl.coherence, proc_macro2::Span::call_site());
     let placement = syn::Ident::new(decl.placement, proc_macro2::Span::call_site());
     let eviction = syn::Ident::new(decl.eviction, proc_macro2::Span::call_site());
+    let warm = syn::Ident::new(decl.warm, proc_macro2::Span::call_site());
     let jitter = option(decl.jitter.map(|j| quote!(#j)));
     let max_size = option(decl.max_size.map(|m| {
         let m = proc_macro2::Literal::u64_unsuffixed(m);
@@ -67,6 +68,7 @@ pub(crate) fn expand(decl: &Decl, input: &DeriveInput) -> TokenStream {
                         coherence: __echo_private::Coherence::#coherence,
                         placement: __echo_private::Placement::#placement,
                         eviction: __echo_private::Eviction::#eviction,
+                        warm: __echo_private::Warm::#warm,
                         fingerprint: #fingerprint,
                     }
                     .build(),

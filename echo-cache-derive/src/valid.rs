@@ -28,6 +28,10 @@ const PLACEMENT: &[(&str, &str)] = &[("table", "Table"), ("spread", "Spread")];
 /// `echo_cache::Eviction` each names.
 const EVICTION: &[(&str, &str)] = &[("hot", "Hot"), ("none", "None")];
 
+/// The warm starts: as written in the attribute, and the variant of
+/// `echo_cache::Warm` each names (`Off` is the default, not written).
+const WARM: &[(&str, &str)] = &[("ready", "Ready"), ("background", "Background")];
+
 /// A declaration that passed every check. Optional keys left out are
 /// `None`: the runtime's defaults apply.
 pub(crate) struct Decl {
@@ -44,6 +48,8 @@ pub(crate) struct Decl {
     pub(crate) placement: &'static str,
     /// The variant of `echo_cache::Eviction`.
     pub(crate) eviction: &'static str,
+    /// The variant of `echo_cache::Warm`.
+    pub(crate) warm: &'static str,
     pub(crate) jitter: Option<f64>,
     pub(crate) max_size: Option<u64>,
     pub(crate) sweep_ms: Option<u64>,
@@ -115,6 +121,10 @@ pub(crate) fn validate(mut args: Args, input: &DeriveInput) -> Result<Decl, Inva
         Some((at, lit)) => errors.check(at, eviction(lit)),
         None => Some("Hot"),
     };
+    let warm = match args.warm.lit() {
+        Some((at, lit)) => errors.check(at, warm(lit)),
+        None => Some("Off"),
+    };
     let jitter = (args.jitter.lit()).and_then(|(at, lit)| errors.check(at, jitter(lit)));
     let max_size =
         (args.max_size.lit()).and_then(|(at, lit)| errors.check(at, positive(lit, "max_size")));
@@ -148,13 +158,16 @@ pub(crate) fn validate(mut args: Args, input: &DeriveInput) -> Result<Decl, Inva
         Value::Absent => Some(syn::parse_quote!(::echo_cache)),
     };
 
-    match (kind, ttl_ms, coherence, placement, eviction, name, krate) {
+    match (
+        kind, ttl_ms, coherence, placement, eviction, warm, name, krate,
+    ) {
         (
             Some(kind),
             Some(ttl_ms),
             Some(coherence),
             Some(placement),
             Some(eviction),
+            Some(warm),
             Some(name),
             Some(krate),
         ) if errors.is_empty() => Ok(Decl {
@@ -165,6 +178,7 @@ pub(crate) fn validate(mut args: Args, input: &DeriveInput) -> Result<Decl, Inva
             coherence,
             placement,
             eviction,
+            warm,
             jitter,
             max_size,
             sweep_ms,
@@ -395,6 +409,10 @@ fn placement(lit: &Lit) -> syn::Result<&'static str> {
 
 fn eviction(lit: &Lit) -> syn::Result<&'static str> {
     one_of(lit, "eviction", "eviction policy", "policies", EVICTION)
+}
+
+fn warm(lit: &Lit) -> syn::Result<&'static str> {
+    one_of(lit, "warm", "warm start", "warm starts", WARM)
 }
 
 /// The variant of the value of `key`, one of `choices`; else a message

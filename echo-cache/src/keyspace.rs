@@ -64,6 +64,27 @@ pub fn stream(table: &TableSpec) -> String {
     format!("{}log", tagged(table))
 }
 
+/// The fleet's list of the hot ids of a `warm` table:
+/// `ecc:{<table>}:hot`, a sorted set in the table's slot whatever its
+/// placement (see [Warm start](crate#warm-start)). Not an id key: no id is
+/// three characters long.
+///
+/// ```
+/// # #[echo_cache::near_cache(kind = "GAM", ttl_ms = 1_000, name = "cm_games", warm = "ready")]
+/// # #[derive(serde::Serialize, serde::Deserialize)] struct Game;
+/// use echo_cache::{keyspace, Cached};
+///
+/// assert_eq!(keyspace::hot(Game::spec()), "ecc:{cm_games}:hot");
+/// assert_eq!(keyspace::slot(b"ecc:{cm_games}:hot"), keyspace::table_slot(Game::spec()));
+/// ```
+#[must_use]
+pub fn hot(table: &TableSpec) -> String {
+    format!("{}{HOT}", tagged(table))
+}
+
+/// What follows a table's tagged prefix in the key of its hot list.
+pub(crate) const HOT: &str = "hot";
+
 /// The table's slot: the slot of its `{<table>}` hashtag, where its
 /// channel and stream live (and its keys, unless they spread).
 #[must_use]

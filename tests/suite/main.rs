@@ -49,5 +49,6 @@ mod stale;
 mod tracing;
 mod user_code;
 mod versions;
+mod warm_start;
 mod wire;
 mod writes;

@@ -9,7 +9,7 @@ use std::sync::OnceLock;
 
 use linkme::distributed_slice;
 
-use crate::entity::spec::{Coherence, Eviction, Placement, TableSpec};
+use crate::entity::spec::{Coherence, Eviction, Placement, TableSpec, Warm};
 use crate::error::Error;
 use crate::table::{Declared, Opened, Shared};
 
@@ -66,6 +66,7 @@ pub struct SpecParts {
     pub coherence: Coherence,
     pub placement: Placement,
     pub eviction: Eviction,
+    pub warm: Warm,
     pub fingerprint: u64,
 }
 
@@ -110,6 +111,8 @@ impl SpecParts {
             coherence: self.coherence,
             placement: self.placement,
             eviction: self.eviction,
+            warm: self.warm,
+            warm_ids: TableSpec::DEFAULT_WARM_IDS,
             fingerprint: self.fingerprint,
         }
     }

@@ -10,6 +10,7 @@ mod inspect;
 mod maintenance;
 mod ops;
 mod tasks;
+mod warm;
 
 pub use builder::Builder;
 pub use inspect::Snapshot;
@@ -469,9 +470,10 @@ impl Cache {
 
     /// Waits until the cache serves as declared: the node number of its
     /// versions is claimed on L2 (see
-    /// [node numbers](crate::Minter#node-numbers)) and every coherent
+    /// [node numbers](crate::Minter#node-numbers)), every coherent
     /// table's invalidation channel is up ([`Health::Bypassing`](crate::Health::Bypassing)
-    /// no more). Without L2 it is ready at once.
+    /// no more), and every table declared `warm = "ready"` is warm (see
+    /// [Warm start](crate#warm-start)). Without L2 it is ready at once.
     ///
     /// A cache serves before it is ready, safely: a coherent table reads
     /// around its L1 until its channel is up. Await this where a service
@@ -498,6 +500,7 @@ impl Cache {
             .readiness
             .until(|| {
                 inner.readiness.is_claimed()
+                    && inner.readiness.is_warm()
                     && open_tables(&inner.tables).all(|table| table.trusted())
             })
             .await;

@@ -1,6 +1,7 @@
 //! The background tasks of a cache with L2: the claim of its node number,
-//! the delivery of the writes kept while the server was away, and the
-//! coherence lanes that carry other nodes' invalidations to its tables.
+//! the delivery of the writes kept while the server was away, the warm
+//! start of its `warm` tables, and the coherence lanes that carry other
+//! nodes' invalidations to its tables.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,7 +12,7 @@ use tokio::sync::{Notify, watch};
 use super::claim;
 use crate::coherence::{Target, durable, link};
 use crate::connections::Server;
-use crate::entity::spec::Coherence;
+use crate::entity::spec::{Coherence, Warm};
 use crate::error::Error;
 use crate::report::roster::Readiness;
 use crate::table::AnyTable;
@@ -25,6 +26,8 @@ pub(super) struct Tasks {
     pub(super) link: link::Settings,
     /// The node's name, for the consumer groups of durable tables.
     pub(super) node_name: String,
+    /// How often `warm` tables merge their hottest ids into L2.
+    pub(super) hot_publish_every: Duration,
     pub(super) readiness: Arc<Readiness>,
     pub(super) backlog_kick: Arc<Notify>,
     pub(super) stop: watch::Receiver<()>,
@@ -45,6 +48,17 @@ impl Tasks {
                 Arc::clone(&self.backlog_kick),
                 self.stop.clone(),
             ));
+            for table in self.tables.iter().filter(|t| t.spec().warm() != Warm::Off) {
+                if table.spec().warm() == Warm::Ready {
+                    self.readiness.warming();
+                }
+                runtime.spawn(super::warm::keep(
+                    Arc::clone(table),
+                    Arc::clone(&self.readiness),
+                    self.hot_publish_every,
+                    self.stop.clone(),
+                ));
+            }
         }
         let of = |modes: &[Coherence]| -> Vec<Arc<dyn Target>> {
             let tables = self.tables.iter();

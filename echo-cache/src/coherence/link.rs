@@ -367,6 +367,8 @@ fn invalidate_key(routes: &[Route], key: &Value) {
                 Ok(id) if id.kind() == table.spec().kind() => table.apply(id.payload(), None),
                 // A writer's table-wide flush (see `backlog`).
                 _ if id == crate::keyspace::EVERY_ID.as_bytes() => table.flush(),
+                // The fleet's hot list, under the same prefix: no row.
+                _ if id == crate::keyspace::HOT.as_bytes() => {}
                 _ => table.malformed(),
             }
             return;

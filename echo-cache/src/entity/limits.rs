@@ -26,6 +26,7 @@ use crate::entity::spec::TableSpec;
 /// | [`max_size`](Self::max_size) | `max_size` | > 0 |
 /// | [`refresh_ms`](Self::refresh_ms) | `refresh_ms` | > 0, and less than the shortest life of a row, `ttl − ttl·jitter` (in force: a declared `refresh_ms` must fit an overridden `ttl_ms`) |
 /// | [`stale_if_error_ms`](Self::stale_if_error_ms) | `stale_if_error_ms` | at most `86_400_000` (a day) |
+/// | [`warm_ids`](Self::warm_ids) | (none: [`TableSpec::DEFAULT_WARM_IDS`]) | `1..=100_000` |
 ///
 /// [`Builder::build`](crate::Builder::build) refuses limits that break a
 /// rule with [`Error::Config`](crate::Error::Config), naming the table and
@@ -54,6 +55,7 @@ pub struct Limits {
     max_size: Option<usize>,
     refresh_ms: Option<u64>,
     stale_if_error_ms: Option<u64>,
+    warm_ids: Option<usize>,
 }
 
 impl Limits {
@@ -65,6 +67,7 @@ impl Limits {
             max_size: None,
             refresh_ms: None,
             stale_if_error_ms: None,
+            warm_ids: None,
         }
     }
 
@@ -106,6 +109,16 @@ impl Limits {
         self
     }
 
+    /// How many hot ids the fleet's list of a `warm` table keeps, and a
+    /// starting node warms (at most `max_size` of them); see
+    /// [Warm start](crate#warm-start). 1,000 unless set
+    /// ([`TableSpec::DEFAULT_WARM_IDS`]); no effect on a table not
+    /// declared `warm`.
+    pub const fn warm_ids(mut self, warm_ids: usize) -> Limits {
+        self.warm_ids = Some(warm_ids);
+        self
+    }
+
     /// The `ttl_ms` set, if any.
     #[must_use]
     pub const fn get_ttl_ms(&self) -> Option<u64> {
@@ -135,6 +148,12 @@ impl Limits {
     pub const fn get_stale_if_error_ms(&self) -> Option<u64> {
         self.stale_if_error_ms
     }
+
+    /// The `warm_ids` set, if any.
+    #[must_use]
+    pub const fn get_warm_ids(&self) -> Option<usize> {
+        self.warm_ids
+    }
 }
 
 /// The meanings the attribute's messages give its keys (its `attr.rs`).
@@ -142,6 +161,9 @@ const TTL_MEANING: &str = "how long a row lives, in milliseconds";
 const MAX_SIZE_MEANING: &str = "how many rows L1 keeps at most";
 const REFRESH_MEANING: &str =
     "how long before its expiry a row read starts its refresh, in milliseconds";
+
+/// The most hot ids a table's list keeps ([`Limits::warm_ids`]).
+pub(crate) const MAX_WARM_IDS: usize = 100_000;
 
 /// The longest `stale_if_error_ms`: a day (the attribute's too).
 pub(crate) const MAX_STALE_IF_ERROR_MS: u64 = 86_400_000;
@@ -185,6 +207,15 @@ impl TableSpec {
                      ago is no fallback; lengthen `ttl_ms` instead"
                         .to_owned(),
                 );
+            }
+        }
+        if let Some(warm_ids) = limits.warm_ids {
+            spec.warm_ids = warm_ids;
+            if !(1..=MAX_WARM_IDS).contains(&warm_ids) {
+                faults.push(format!(
+                    "`warm_ids` is from 1 to 100_000, not {warm_ids}: it is how many hot ids \
+                     the fleet's list keeps, and a starting node warms"
+                ));
             }
         }
         if let Some(refresh_ms) = limits.refresh_ms {
@@ -257,6 +288,8 @@ mod tests {
             coherence: Coherence::Broadcast,
             placement: Placement::Spread,
             eviction: Eviction::None,
+            warm: crate::entity::spec::Warm::Off,
+            warm_ids: TableSpec::DEFAULT_WARM_IDS,
             fingerprint: 7,
         }
     }
@@ -290,14 +323,26 @@ mod tests {
             .max_size(0)
             .jitter(0.7)
             .refresh_ms(0)
-            .stale_if_error_ms(MAX_STALE_IF_ERROR_MS + 1);
-        let faults = declared(None).limited(&limits).expect_err("five mistakes");
-        assert_eq!(faults.len(), 5, "{faults:?}");
+            .stale_if_error_ms(MAX_STALE_IF_ERROR_MS + 1)
+            .warm_ids(0);
+        let faults = declared(None).limited(&limits).expect_err("six mistakes");
+        assert_eq!(faults.len(), 6, "{faults:?}");
+        let over = Limits::new().warm_ids(MAX_WARM_IDS + 1);
+        assert!(
+            declared(None).limited(&over).is_err(),
+            "over 100_000 hot ids"
+        );
+        let within = Limits::new().warm_ids(MAX_WARM_IDS);
+        assert_eq!(
+            declared(None).limited(&within).map(|spec| spec.warm_ids),
+            Ok(MAX_WARM_IDS)
+        );
         assert!(faults[0].starts_with("`ttl_ms` may not be 0"));
         assert!(faults[1].starts_with("`jitter` is from 0.0 to 0.5, not 0.7"));
         assert!(faults[2].starts_with("`max_size` may not be 0"));
         assert!(faults[3].starts_with("`stale_if_error_ms` is at most 86_400_000"));
-        assert!(faults[4].starts_with("`refresh_ms` may not be 0"));
+        assert!(faults[4].starts_with("`warm_ids` is from 1 to 100_000, not 0"));
+        assert!(faults[5].starts_with("`refresh_ms` may not be 0"));
         let nan = declared(None).limited(&Limits::new().jitter(f64::NAN));
         assert!(nan.is_err(), "NaN is no jitter");
         let day = Limits::new().stale_if_error_ms(MAX_STALE_IF_ERROR_MS);

@@ -140,6 +140,65 @@ impl Eviction {
     }
 }
 
+/// Whether a starting node warms the table's L1 from the fleet's list of
+/// hot ids in L2, and when: see [Warm start](crate#warm-start).
+///
+/// Declared per table (`warm = "ready"` or `warm = "background"`; off
+/// unless declared). A table declared warm also keeps the fleet's list up
+/// to date: each node merges its hottest ids into it as it reads.
+///
+/// ```standalone_crate
+/// use echo_cache::{near_cache, Cached, Warm};
+///
+/// /// `Cache::ready()` returns once the hot games are in L1.
+/// #[near_cache(kind = "GAM", ttl_ms = 600_000, warm = "ready")]
+/// #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+/// pub struct Game {}
+///
+/// /// Warmed behind the node's first reads.
+/// #[near_cache(kind = "USR", ttl_ms = 600_000, warm = "background")]
+/// #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+/// pub struct User {}
+///
+/// #[near_cache(kind = "RUL", ttl_ms = 600_000)]
+/// #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+/// pub struct Rule {}
+///
+/// assert_eq!(Game::spec().warm(), Warm::Ready);
+/// assert_eq!(User::spec().warm().as_str(), "background");
+/// assert_eq!(Rule::spec().warm(), Warm::Off);
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Warm {
+    /// Starts cold, and lists nothing in L2 (today's behaviour).
+    #[default]
+    Off,
+    /// Warms before [`Cache::ready`](crate::Cache::ready) returns.
+    Ready,
+    /// Warms in the background: `ready()` does not wait for it.
+    Background,
+}
+
+impl Warm {
+    /// The name used in the attribute: `off` (not declared), `ready`,
+    /// `background`.
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Warm::Off => "off",
+            Warm::Ready => "ready",
+            Warm::Background => "background",
+        }
+    }
+}
+
+impl fmt::Display for Warm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 impl fmt::Display for Eviction {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
@@ -190,6 +249,9 @@ pub struct TableSpec {
     pub(crate) coherence: Coherence,
     pub(crate) placement: Placement,
     pub(crate) eviction: Eviction,
+    pub(crate) warm: Warm,
+    /// How many hot ids the fleet's list keeps, and a starting node warms.
+    pub(crate) warm_ids: usize,
     pub(crate) fingerprint: u64,
 }
 
@@ -211,6 +273,9 @@ impl TableSpec {
     /// are not refreshed ahead: they die and the next read misses) unless
     /// declared.
     pub const DEFAULT_REFRESH_MS: u64 = 0;
+    /// How many hot ids the fleet's list of a `warm` table keeps, and a
+    /// starting node warms, unless set ([`Limits::warm_ids`](crate::Limits::warm_ids)).
+    pub const DEFAULT_WARM_IDS: usize = 1_000;
 }
 
 impl TableSpec {
@@ -312,6 +377,19 @@ impl TableSpec {
     #[must_use]
     pub const fn eviction(&self) -> Eviction {
         self.eviction
+    }
+
+    /// Whether and when a starting node warms the table (`warm`).
+    #[must_use]
+    pub const fn warm(&self) -> Warm {
+        self.warm
+    }
+
+    /// How many hot ids the fleet's list keeps, and a starting node warms
+    /// (see [Warm start](crate#warm-start)).
+    #[must_use]
+    pub const fn warm_ids(&self) -> usize {
+        self.warm_ids
     }
 
     /// A fingerprint of the declared struct's definition: two builds whose

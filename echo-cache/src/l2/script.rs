@@ -1,6 +1,7 @@
-//! The server-side script that makes L2 writes versioned.
+//! The server-side scripts: the one that makes L2 writes versioned, and
+//! the merge of the fleet's hot list.
 //!
-//! It compares versions inside the server, in one step, so no other write
+//! The first compares versions inside the server, in one step, so no other write
 //! can slip between the comparison and the write. A version is the first 14
 //! bytes of a frame (a tombstone is only those 14 bytes); versions are
 //! compared by their 11-byte payloads, which sort in mint order as strings.
@@ -71,4 +72,31 @@ for _, key in ipairs(KEYS) do
 end
 return written"
     ))
+});
+
+/// Merges a node's hottest ids into a table's hot list (`KEYS[1]`, a
+/// sorted set): first every score is multiplied by `ARGV[1]` (the decay,
+/// so the list is a moving average of the merges of every node), then
+/// each `ARGV[4..]` pair (heat, id) adds its heat to its id's score, then
+/// all but the `ARGV[2]` highest scores are dropped and the list lives
+/// `ARGV[3]` ms more. A key of another type there is replaced. Returns
+/// how many ids the list holds.
+pub(crate) static MERGE_HOT: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+local key = KEYS[1]
+local kind = redis.call('TYPE', key)['ok']
+if kind == 'zset' then
+  redis.call('ZUNIONSTORE', key, 1, key, 'WEIGHTS', ARGV[1])
+elseif kind ~= 'none' then
+  redis.call('DEL', key)
+end
+for i = 4, #ARGV, 2 do
+  redis.call('ZINCRBY', key, ARGV[i], ARGV[i + 1])
+end
+local keep = tonumber(ARGV[2])
+redis.call('ZREMRANGEBYRANK', key, 0, -(keep + 1))
+redis.call('PEXPIRE', key, ARGV[3])
+return redis.call('ZCARD', key)",
+    )
 });

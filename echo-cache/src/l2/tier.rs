@@ -63,6 +63,9 @@ use crate::keyspace;
 use crate::report::stats::Counters;
 
 mod batch;
+mod hot;
+#[cfg(test)]
+pub(crate) use hot::DECAY;
 
 pub(crate) struct Tier<T> {
     server: Arc<Server>,

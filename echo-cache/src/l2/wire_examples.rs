@@ -73,4 +73,7 @@ fn the_worked_examples_of_the_wire_specification() {
     );
     // The floor shares its table's slot: one MGET reads both.
     assert_eq!(crate::keyspace::slot(b"ecc:{wire_rows}:*"), 492);
+    // So does the hot list of a `warm` table (section 6a).
+    assert_eq!(crate::keyspace::slot(b"ecc:{wire_rows}:hot"), 492);
+    assert_eq!(crate::l2::tier::DECAY.to_string(), "0.9");
 }

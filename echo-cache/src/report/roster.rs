@@ -77,6 +77,8 @@ pub(crate) struct Readiness {
     /// Whether the node number is settled: claimed on L2, or no claim is
     /// needed (no L2, no runtime to claim from).
     claimed: std::sync::atomic::AtomicBool,
+    /// Tables declared `warm = "ready"` not warmed yet.
+    warming: std::sync::atomic::AtomicUsize,
     changes: tokio::sync::watch::Sender<()>,
 }
 
@@ -84,6 +86,7 @@ impl Readiness {
     pub(crate) fn new(claimed: bool) -> Readiness {
         Readiness {
             claimed: std::sync::atomic::AtomicBool::new(claimed),
+            warming: std::sync::atomic::AtomicUsize::new(0),
             changes: tokio::sync::watch::Sender::new(()),
         }
     }
@@ -96,6 +99,22 @@ impl Readiness {
 
     pub(crate) fn is_claimed(&self) -> bool {
         self.claimed.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// One more table to warm before the cache is ready.
+    pub(crate) fn warming(&self) {
+        (self.warming).fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+    }
+
+    /// A table is warm (or gave up warming).
+    pub(crate) fn warmed(&self) {
+        (self.warming).fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+        self.changed();
+    }
+
+    /// Whether every table to warm before the cache is ready is warm.
+    pub(crate) fn is_warm(&self) -> bool {
+        self.warming.load(std::sync::atomic::Ordering::Acquire) == 0
     }
 
     /// Wakes the waiters of `ready`, to look again.

@@ -76,6 +76,7 @@ pub(crate) struct Counters {
     pub(crate) malformed_messages: AtomicU64,
     pub(crate) stale_served: AtomicU64,
     pub(crate) stale_backoffs: AtomicU64,
+    pub(crate) warmed: AtomicU64,
 }
 
 impl Counters {
@@ -123,6 +124,7 @@ impl Counters {
             stale_served: self.stale_served.load(Relaxed),
             stale_backoffs: self.stale_backoffs.load(Relaxed),
             listener_panics,
+            warmed: self.warmed.load(Relaxed),
         }
     }
 }
@@ -251,6 +253,10 @@ pub struct Stats {
     /// ([Listeners](crate#listeners)): each panic is caught, and the
     /// removals after it are delivered as usual.
     pub listener_panics: u64,
+    /// Rows a warm start installed from the fleet's hot list in L2 (see
+    /// [Warm start](crate#warm-start)): read from L2 before any fetch asked
+    /// for them, so neither hits, misses nor `l2_hits`.
+    pub warmed: u64,
 }
 
 #[cfg(test)]

@@ -103,6 +103,20 @@ impl<W> Flights<W> {
         current
     }
 
+    /// Ends the flight `token` of `key` without installing anything, if it
+    /// is still the key's flight and `alone(waiters)` says nobody else
+    /// waits for it; whether it did. (A warm start's slot that found
+    /// nothing: a miss that joins afterwards starts a flight of its own.)
+    pub(crate) fn abandon(&self, key: u64, token: u64, alone: impl FnOnce(&W) -> bool) -> bool {
+        let mut shard = self.shard(key);
+        let current = shard.get(&key).filter(|slot| slot.token == token);
+        if current.is_some_and(|slot| alone(&slot.waiters)) {
+            shard.remove(&key);
+            return true;
+        }
+        false
+    }
+
     /// Detaches the flight of `key`, if one is under way (it will not
     /// install, and new misses start afresh), and runs `write` (an eviction
     /// or a put) under the same lock.
@@ -126,6 +140,48 @@ impl<W> Flights<W> {
             shard.clear();
         }
         write()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A flight that starts as `Arc<()>`s do in a table: the registry
+    /// holds one, the leader another, each follower one more.
+    fn lead(flights: &Flights<std::sync::Arc<()>>, key: u64) -> (u64, std::sync::Arc<()>) {
+        let start = || {
+            let answer = std::sync::Arc::new(());
+            (std::sync::Arc::clone(&answer), answer)
+        };
+        match flights.join(key, || None::<()>, |_| unreachable!("no flight"), start) {
+            Joined::Leader(token, answer) => (token, answer),
+            _ => unreachable!("the first miss leads"),
+        }
+    }
+
+    #[test]
+    fn a_flight_is_abandoned_only_if_current_and_nobody_else_waits() {
+        let flights = Flights::new();
+        let alone = |answer: &std::sync::Arc<()>| std::sync::Arc::strong_count(answer) <= 2;
+
+        let (token, _answer) = lead(&flights, 7);
+        assert!(flights.abandon(7, token, alone), "alone: abandoned");
+        let (again, _) = lead(&flights, 7);
+        assert_ne!(again, token, "the next miss starts a fresh flight");
+
+        let (token, _answer) = lead(&flights, 8);
+        let follower = flights.join(8, || None::<()>, std::sync::Arc::clone, || unreachable!());
+        assert!(!flights.abandon(8, token, alone), "a follower waits: kept");
+        drop(follower);
+        assert!(flights.abandon(8, token, alone), "the follower left");
+
+        let (token, _answer) = lead(&flights, 9);
+        flights.overtake(9, || ());
+        assert!(
+            !flights.abandon(9, token, alone),
+            "detached: not its to abandon"
+        );
     }
 }
 

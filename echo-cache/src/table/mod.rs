@@ -75,6 +75,7 @@ mod read;
 pub(crate) mod stale;
 mod trust;
 mod turns;
+mod warm;
 mod write;
 
 use land::{Detachable, Joining, Landing, panic_message};
@@ -282,5 +283,13 @@ impl<T: Cached> AnyTable for Table<T> {
 
     fn figures(&self) -> Figures {
         Table::figures(self)
+    }
+
+    fn warm(&self) -> BoxFuture<'_, usize> {
+        Box::pin(Table::warm(self))
+    }
+
+    fn publish_hot(&self) -> BoxFuture<'_, usize> {
+        Box::pin(Table::publish_hot(self))
     }
 }

@@ -101,6 +101,12 @@ pub(crate) trait AnyTable: Target {
     fn hottest(&self, n: usize) -> Vec<(u64, u8)>;
     /// The table's figures now.
     fn figures(&self) -> Figures;
+    /// Warms L1 from the fleet's hot list in L2 (see [`warm`](super::warm));
+    /// how many rows it installed.
+    fn warm(&self) -> BoxFuture<'_, usize>;
+    /// Merges this node's hottest ids into the fleet's hot list, if the
+    /// table is declared `warm`; how many.
+    fn publish_hot(&self) -> BoxFuture<'_, usize>;
 }
 
 /// An opened table, or the spec of a table refused for want of a loader.

@@ -16,6 +16,7 @@ fn main() {
     assert!((spec.jitter() - TableSpec::DEFAULT_JITTER).abs() < f64::EPSILON);
     assert_eq!(spec.max_size(), TableSpec::DEFAULT_MAX_SIZE);
     assert_eq!(spec.eviction(), Eviction::Hot);
+    assert_eq!(spec.warm(), echo_cache::Warm::Off);
     assert_eq!(spec.sweep_ms(), TableSpec::DEFAULT_SWEEP_MS);
     assert_eq!(spec.absent_ttl_ms(), TableSpec::DEFAULT_ABSENT_TTL_MS);
 }

@@ -1,7 +1,7 @@
 // Every key of #[near_cache], each with a value other than its default, fed
 // through a `macro_rules!` as `literal` and `path` fragments (which reach
 // the attribute wrapped in invisible groups) and `tt`s.
-use echo_cache::{Cached, Coherence, Eviction, Id, Placement, near_cache};
+use echo_cache::{Cached, Coherence, Eviction, Id, Placement, Warm, near_cache};
 
 macro_rules! declare {
     ($kind:literal, $ttl:literal, $loader:path, $listener:path, $coherence:literal, $jitter:tt) => {
@@ -15,6 +15,7 @@ macro_rules! declare {
             jitter = $jitter,
             max_size = 50_000,
             eviction = "none",
+            warm = "background",
             sweep_ms = 500,
             absent_ttl_ms = 5_000,
             load_timeout_ms = 2_000,
@@ -58,6 +59,7 @@ fn main() {
     assert!((spec.jitter() - 0.25).abs() < f64::EPSILON);
     assert_eq!(spec.max_size(), 50_000);
     assert_eq!(spec.eviction(), Eviction::None);
+    assert_eq!(spec.warm(), Warm::Background);
     assert_eq!(spec.sweep_ms(), 500);
     assert_eq!(spec.absent_ttl_ms(), 5_000);
     assert_eq!(spec.load_timeout_ms(), Some(2_000));

@@ -62,6 +62,7 @@ pub struct Builder {
     coherence_ping_every: Duration,
     node_name: Option<String>,
     backlog_limit: usize,
+    hot_publish_every: Duration,
 }
 
 impl Default for Builder {
@@ -87,6 +88,7 @@ impl Default for Builder {
             coherence_ping_every: Builder::DEFAULT_COHERENCE_PING_EVERY,
             node_name: None,
             backlog_limit: Builder::DEFAULT_BACKLOG_LIMIT,
+            hot_publish_every: Builder::DEFAULT_HOT_PUBLISH_EVERY,
         }
     }
 }
@@ -108,6 +110,10 @@ impl Builder {
     /// How long the L2 tombstone of an invalidation lives, unless told
     /// otherwise.
     pub const DEFAULT_TOMBSTONE_TTL: Duration = Duration::from_secs(60);
+
+    /// How often each `warm` table merges this node's hottest ids into
+    /// the fleet's hot list in L2, unless told otherwise.
+    pub const DEFAULT_HOT_PUBLISH_EVERY: Duration = Duration::from_secs(10);
 
     /// How many ids a table keeps for delivery while the server is away,
     /// unless told otherwise.
@@ -140,6 +146,29 @@ impl Builder {
     #[must_use]
     pub fn backlog_limit(mut self, ids: usize) -> Builder {
         self.backlog_limit = ids;
+        self
+    }
+
+    /// How often each table declared `warm` merges this node's hottest ids
+    /// into the fleet's hot list in L2
+    /// ([`DEFAULT_HOT_PUBLISH_EVERY`](Self::DEFAULT_HOT_PUBLISH_EVERY)
+    /// unless set; see [Warm start](crate#warm-start)). One script of up
+    /// to `warm_ids` ids per table each time; the first merge is one
+    /// period after the node's own warm start. [`build`](Self::build)
+    /// refuses a zero period with [`Error::Config`].
+    ///
+    /// ```standalone_crate
+    /// use std::time::Duration;
+    /// use echo_cache::{Cache, Error};
+    ///
+    /// let refused = Cache::builder().hot_publish_every(Duration::ZERO).build();
+    /// assert!(matches!(refused, Err(Error::Config(why)) if why.contains("hot_publish_every")));
+    /// let cache = Cache::builder().hot_publish_every(Duration::from_secs(2)).build()?;
+    /// # Ok::<(), Error>(())
+    /// ```
+    #[must_use]
+    pub fn hot_publish_every(mut self, every: Duration) -> Builder {
+        self.hot_publish_every = every;
         self
     }
 
@@ -349,6 +378,7 @@ impl Builder {
     /// L2 errors.
     pub fn build(mut self) -> Result<Cache, Error> {
         directory::check_unique()?;
+        hot_publish_every_fault(self.hot_publish_every)?;
         let in_force = self.specs_in_force()?;
         self.check_open()?;
         #[cfg(feature = "metrics")]
@@ -426,6 +456,7 @@ impl Builder {
                     deadline: self.coherence_ping_every,
                 },
                 node_name,
+                hot_publish_every: self.hot_publish_every,
                 readiness: Arc::clone(&readiness),
                 backlog_kick: Arc::clone(&shared.backlog_kick),
                 stop: coherence_stopped,
@@ -448,6 +479,18 @@ impl Builder {
             inner,
         })
     }
+}
+
+/// A zero `hot_publish_every`, refused.
+fn hot_publish_every_fault(every: Duration) -> Result<(), Error> {
+    if every.is_zero() {
+        return Err(Error::Config(
+            "hot_publish_every may not be zero: it is how often each `warm` table merges \
+             this node's hottest ids into the fleet's list in L2"
+                .to_owned(),
+        ));
+    }
+    Ok(())
 }
 
 /// The longest node name: it names a consumer group and a client.

@@ -30,6 +30,8 @@ const fn spec(name: &'static str, kind: &'static str) -> TableSpec {
         coherence: Coherence::Durable,
         placement: crate::entity::spec::Placement::Table,
         eviction: crate::entity::spec::Eviction::Hot,
+        warm: crate::entity::spec::Warm::Off,
+        warm_ids: 1_000,
         fingerprint: 0,
     }
 }

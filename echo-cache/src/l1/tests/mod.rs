@@ -34,6 +34,7 @@ fn parts(max_size: usize, eviction: Eviction) -> crate::cache::directory::SpecPa
         coherence: crate::entity::spec::Coherence::None,
         placement: crate::entity::spec::Placement::Table,
         eviction,
+        warm: crate::entity::spec::Warm::Off,
         fingerprint: 0,
     }
 }
@@ -311,6 +312,7 @@ fn a_dead_row_stays_for_the_grace_and_no_longer() {
         coherence: crate::entity::spec::Coherence::None,
         placement: crate::entity::spec::Placement::Table,
         eviction: Eviction::Hot,
+        warm: crate::entity::spec::Warm::Off,
         fingerprint: 0,
     }
     .build();
