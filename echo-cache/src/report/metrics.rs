@@ -49,7 +49,7 @@ const SOURCES: [(&str, Count); 8] = [
 ];
 
 /// The other counters of a table: name, description, count in a snapshot.
-const COUNTERS: [(&str, &str, Count); 15] = [
+const COUNTERS: [(&str, &str, Count); 16] = [
     (
         "echo_cache_swept_total",
         "expired rows reclaimed by the sweeper",
@@ -118,6 +118,11 @@ const COUNTERS: [(&str, &str, Count); 15] = [
         "echo_cache_stale_backoffs_total",
         "expired values served without calling a loader that just failed",
         |s| s.stale_backoffs,
+    ),
+    (
+        "echo_cache_soft_timeouts_total",
+        "flights answered with an expired value at their soft timeout",
+        |s| s.soft_timeouts,
     ),
 ];
 

@@ -76,6 +76,7 @@ pub(crate) struct Counters {
     pub(crate) malformed_messages: AtomicU64,
     pub(crate) stale_served: AtomicU64,
     pub(crate) stale_backoffs: AtomicU64,
+    pub(crate) soft_timeouts: AtomicU64,
 }
 
 impl Counters {
@@ -114,6 +115,7 @@ impl Counters {
             malformed_messages: self.malformed_messages.load(Relaxed),
             stale_served: self.stale_served.load(Relaxed),
             stale_backoffs: self.stale_backoffs.load(Relaxed),
+            soft_timeouts: self.soft_timeouts.load(Relaxed),
         }
     }
 }
@@ -238,6 +240,12 @@ pub struct Stats {
     /// Of `stale_served`, the flights that did not call the loader: it
     /// failed on that id less than the backoff ago.
     pub stale_backoffs: u64,
+    /// Flights whose waiters an expired value answered at the table's
+    /// soft timeout (`soft_timeout_ms`, [`Source::Stale`](crate::Source::Stale))
+    /// while the load went on. Each flight is also counted by how it ended
+    /// (`fills`, `load_timeouts`, ...), not in `stale_served` unless it
+    /// ended that way.
+    pub soft_timeouts: u64,
 }
 
 #[cfg(test)]

@@ -55,7 +55,7 @@ use crate::table::fetched::Fetched;
 use crate::table::flight::Flights;
 use crate::table::grace::Grace;
 use crate::table::stale::Failsafe;
-use answer::{Answer, Wait};
+use answer::{Answer, Leading, Wait};
 use applied::Applied;
 use turns::Turns;
 
@@ -73,6 +73,7 @@ mod loader;
 mod open;
 mod read;
 pub(crate) mod stale;
+pub(crate) mod token;
 mod trust;
 mod turns;
 mod write;
@@ -98,6 +99,9 @@ pub(crate) struct Table<T> {
     spec: &'static TableSpec,
     /// The deadline of a flight.
     load_timeout: Duration,
+    /// When a flight's waiters get a stale value, if the table has one
+    /// (`soft_timeout_ms`) and the flight a fallback.
+    soft_timeout: Option<Duration>,
     rows: Rows<T>,
     flights: Flights<Arc<Answer<T>>>,
     hits: Striped,

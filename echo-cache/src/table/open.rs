@@ -146,6 +146,7 @@ pub(crate) fn open<T: Declared>(spec: &'static TableSpec, shared: &Shared) -> Op
         me: me.clone(),
         spec,
         load_timeout,
+        soft_timeout: spec.soft_timeout_ms.map(Duration::from_millis),
         rows: Rows::new(spec),
         flights: Flights::new(),
         hits: Striped::new(),
