@@ -128,7 +128,10 @@ pub(crate) fn validate(mut args: Args, input: &DeriveInput) -> Result<Decl, Inva
         (args.stale_if_error_ms.lit()).and_then(|(at, lit)| errors.check(at, grace(lit)));
     let soft_timeout_ms = (args.soft_timeout_ms.lit()).and_then(|(at, lit)| {
         let graced = args.stale_if_error_ms.lit().is_some();
-        errors.check(at, soft_timeout(lit, graced, stale_if_error_ms, load_timeout_ms))
+        errors.check(
+            at,
+            soft_timeout(lit, graced, stale_if_error_ms, load_timeout_ms),
+        )
     });
     let refresh_ms = (args.refresh_ms.lit()).and_then(|(at, lit)| {
         let refresh_ms = positive(lit, "refresh_ms");

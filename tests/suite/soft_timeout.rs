@@ -271,9 +271,16 @@ async fn past_the_soft_timeout_waiters_get_the_stale_value_and_the_load_lands_af
     })
     .await;
     let landed = cache.fetch(id).await;
-    assert_eq!(answered(&landed), (Source::Hit, 2), "what it brought is served");
+    assert_eq!(
+        answered(&landed),
+        (Source::Hit, 2),
+        "what it brought is served"
+    );
     let stats = cache.stats::<Price>();
-    assert_eq!((stats.fills, stats.stale_served, stats.load_timeouts), (2, 0, 0));
+    assert_eq!(
+        (stats.fills, stats.stale_served, stats.load_timeouts),
+        (2, 0, 0)
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -326,7 +333,11 @@ async fn the_hard_deadline_still_fires() {
         cache.stats::<Price>().in_flight == 0
     })
     .await;
-    assert_eq!(store.dropped()[1..], [started + ms(1_000)], "dropped at the deadline");
+    assert_eq!(
+        store.dropped()[1..],
+        [started + ms(1_000)],
+        "dropped at the deadline"
+    );
     let stats = cache.stats::<Price>();
     assert_eq!(
         (stats.load_timeouts, stats.stale_served, stats.soft_timeouts),
@@ -368,7 +379,11 @@ async fn the_loader_learns_that_nobody_waits() {
     let gave_up = first.await.unwrap();
     assert!(matches!(gave_up, Err(Error::Timeout { .. })), "{gave_up:?}");
     settle().await;
-    assert_eq!(store.stopped().len(), 1, "a waiter is left: the load goes on");
+    assert_eq!(
+        store.stopped().len(),
+        1,
+        "a waiter is left: the load goes on"
+    );
     let gave_up = last.await.unwrap();
     assert!(matches!(gave_up, Err(Error::Timeout { .. })), "{gave_up:?}");
     settle().await;
@@ -392,7 +407,10 @@ async fn a_table_without_a_soft_timeout_waits_for_its_loader_as_before() {
     let gate = store.slow();
     let fetch = spawn_fetch(&cache, id);
     tokio::time::sleep(ms(900)).await;
-    assert!(!fetch.is_finished(), "a stale value is there, but no soft timeout");
+    assert!(
+        !fetch.is_finished(),
+        "a stale value is there, but no soft timeout"
+    );
     gate.open();
     let (fetched, took) = fetch.await.unwrap();
     assert_eq!((answered(&fetched), took), ((Source::Fill, 2), ms(900)));
@@ -415,7 +433,9 @@ async fn an_invalidation_racing_the_background_load_keeps_its_value_out() {
     assert_eq!(answered(&stale), (Source::Stale, 1));
     store.revision.store(3, SeqCst);
     let new_gate = store.slow();
-    bounded("the invalidation", cache.invalidate(id)).await.unwrap();
+    bounded("the invalidation", cache.invalidate(id))
+        .await
+        .unwrap();
 
     // A fetch that starts now joins no flight answered before the write,
     // and nothing stale is left to answer it.
@@ -427,7 +447,10 @@ async fn an_invalidation_racing_the_background_load_keeps_its_value_out() {
         cache.stats::<Price>().in_flight == 1
     })
     .await;
-    assert!(cache.peek::<Price>(id).is_none(), "revision 2 installed nowhere");
+    assert!(
+        cache.peek::<Price>(id).is_none(),
+        "revision 2 installed nowhere"
+    );
     tokio::time::sleep(ms(500)).await;
     assert!(!after.is_finished(), "waits for its own load, not stale");
     new_gate.open();
@@ -472,7 +495,10 @@ async fn an_invalidation_racing_the_background_load_keeps_its_value_out_of_l2() 
     store.quick();
     bounded("the invalidation", a.invalidate(id)).await.unwrap();
     old_gate.open();
-    eventually("the old load to end", async || a.stats::<Shared>().in_flight == 0).await;
+    eventually("the old load to end", async || {
+        a.stats::<Shared>().in_flight == 0
+    })
+    .await;
 
     let b = node(&Clock::manual());
     bounded("node b to be ready", b.ready()).await;
@@ -491,7 +517,10 @@ async fn a_soft_timeout_given_as_a_limit_follows_the_attributes_rules() {
         .limits::<Plain>(Limits::new().soft_timeout_ms(250))
         .build()
         .unwrap();
-    let plain = cache.tables().into_iter().find(|t| t.spec.name() == "soft_plain");
+    let plain = cache
+        .tables()
+        .into_iter()
+        .find(|t| t.spec.name() == "soft_plain");
     assert_eq!(plain.unwrap().spec.soft_timeout_ms(), Some(250));
 
     let refused = |limits: Limits, amend: fn(Builder) -> Builder| {
@@ -509,13 +538,15 @@ async fn a_soft_timeout_given_as_a_limit_follows_the_attributes_rules() {
         why.contains("less than the flight's deadline, `load_timeout_ms` = 1000, not 1000"),
         "{why}"
     );
-    let why = refused(Limits::new().soft_timeout_ms(100).stale_if_error_ms(0), keep);
+    let why = refused(
+        Limits::new().soft_timeout_ms(100).stale_if_error_ms(0),
+        keep,
+    );
     assert!(why.contains(&attribute_says("soft_timeout_ms")), "{why}");
     // A declared soft timeout past the builder's deadline.
     let why = refused(Limits::new(), |builder| builder.load_timeout(ms(50)));
     assert!(
-        why.contains("\"soft_shared\"")
-            && why.contains("`Builder::load_timeout` = 50, not 50"),
+        why.contains("\"soft_shared\"") && why.contains("`Builder::load_timeout` = 50, not 50"),
         "{why}"
     );
 }
@@ -523,7 +554,10 @@ async fn a_soft_timeout_given_as_a_limit_follows_the_attributes_rules() {
 /// The attribute's message for the `soft_timeout_ms` of the UI test
 /// `attr/many_mistakes.rs` (which declares one without a grace).
 fn attribute_says(key: &str) -> String {
-    let path = format!("{}/ui/attr/many_mistakes.stderr", env!("CARGO_MANIFEST_DIR"));
+    let path = format!(
+        "{}/ui/attr/many_mistakes.stderr",
+        env!("CARGO_MANIFEST_DIR")
+    );
     let expected = std::fs::read_to_string(&path).expect("the UI test's expected output");
     let prefix = format!("error: `{key}`");
     let line = expected.lines().find(|line| line.starts_with(&prefix));

@@ -241,7 +241,9 @@ impl TableSpec {
         if let Some(soft_ms) = limits.soft_timeout_ms {
             spec.soft_timeout_ms = Some(soft_ms);
             if soft_ms == 0 {
-                faults.push(format!("`soft_timeout_ms` may not be 0: it is {SOFT_MEANING}"));
+                faults.push(format!(
+                    "`soft_timeout_ms` may not be 0: it is {SOFT_MEANING}"
+                ));
             }
         }
         if let Some(soft_ms) = spec.soft_timeout_ms

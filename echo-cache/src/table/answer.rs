@@ -174,7 +174,6 @@ impl<T> Answer<T> {
         left.watchers.into_iter().for_each(Waker::wake);
     }
 
-
     /// The outcome, once set.
     fn get(&self) -> Option<Outcome<T>> {
         self.outcome.get().cloned()

@@ -395,7 +395,9 @@ impl<T: Cached> Table<T> {
         let mut loads: FuturesUnordered<_> = (answers.iter())
             .map(|(i, key, answer)| {
                 let (i, load) = (*i, self.load(*key, over_bad[*i], l2_left, Some(answer)));
-                AssertUnwindSafe(load).catch_unwind().map(move |loaded| (i, loaded))
+                AssertUnwindSafe(load)
+                    .catch_unwind()
+                    .map(move |loaded| (i, loaded))
             })
             .collect();
         while let Some((i, loaded)) = loads.next().await {

@@ -290,8 +290,8 @@ impl<T: Cached> Landing<T> {
             soft_at: (table.soft_timeout).map(|after| tokio::time::Instant::now() + after),
         };
         let refresh = self.refreshing.is_some();
-        let resolved =
-            AssertUnwindSafe(table.resolve(self.key, refresh, &mut fallback, &aloft)).catch_unwind();
+        let resolved = AssertUnwindSafe(table.resolve(self.key, refresh, &mut fallback, &aloft))
+            .catch_unwind();
         let deadline = table.load_timeout;
         let outcome = match tokio::time::timeout(deadline, resolved).await {
             Ok(Ok(outcome)) => outcome,

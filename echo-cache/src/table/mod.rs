@@ -9,7 +9,8 @@
 //!    the caller gives up first); either way it waits for the one answer
 //!    ([`answer`]: what a waiter of a herd costs, and its timeout).
 //! 3. [`Table::resolve`], in the flight, within its deadline: L2, then the
-//!    loader.
+//!    loader (with its [`token`]); past the table's soft timeout, a stale
+//!    value answers the waiters while the loader goes on.
 //! 4. [`Table::land`]: install the value in L1 unless a write overtook the
 //!    flight, and answer every waiter.
 //!

@@ -1,6 +1,7 @@
 //! Steps 1–3 of the data path: the hit, the miss that joins or starts the
 //! flight of its key, and the flight's resolution within its deadline (L2,
-//! then the loader) down to the fill it writes to L2.
+//! then the loader, answered stale at the soft timeout if the table has
+//! one) down to the fill it writes to L2.
 
 use std::future::Future;
 use std::sync::Arc;

@@ -31,9 +31,11 @@ tokio::task_local! {
 /// value at the table's soft timeout, see
 /// [Soft timeouts](crate#soft-timeouts)), gave up at its own timeout, or
 /// was dropped. A loader may then stop and answer an error of its own:
-/// nobody sees it, it is counted as a load error, and nothing is cached (the
-/// next miss loads again). A loader that goes on lands its value as ever
-/// (L1, L2), for the next reader: the token advises, it cancels nothing.
+/// nobody waits to see it; it ends the flight as a failed load (a load
+/// error, or for a table with a grace, a stale one and the backoff) and
+/// nothing is cached (the next miss loads again). A loader that goes on
+/// lands its value as ever (L1, L2), for the next reader: the token
+/// advises, it cancels nothing. A waiter counts from its first poll.
 ///
 /// A refresh-ahead load is waited for by nobody from its start (until a
 /// miss joins it). A loader that stops whenever nobody waits gives up
@@ -114,7 +116,6 @@ impl LoadToken {
     /// Completes once nobody waits for the load's answer (at once if
     /// nobody does now). A waiter that comes afterwards (a miss that joins
     /// the flight) does not undo it.
-    #[must_use]
     pub fn unwaited(&self) -> Unwaited {
         Unwaited {
             flight: Arc::clone(&self.flight),

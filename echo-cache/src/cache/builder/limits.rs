@@ -167,10 +167,15 @@ impl Builder {
         in_force: &HashMap<usize, &'static TableSpec>,
     ) -> Result<(), Error> {
         let deadline_ms = u64::try_from(self.load_timeout.as_millis()).unwrap_or(u64::MAX);
-        for declaration in DECLARATIONS.iter() {
+        for declaration in DECLARATIONS {
             let declared = declaration.spec();
-            let spec = in_force.get(&address(declared)).copied().unwrap_or(declared);
-            let Some(soft_ms) = spec.soft_timeout_ms.filter(|_| spec.load_timeout_ms.is_none())
+            let spec = in_force
+                .get(&address(declared))
+                .copied()
+                .unwrap_or(declared);
+            let Some(soft_ms) = spec
+                .soft_timeout_ms
+                .filter(|_| spec.load_timeout_ms.is_none())
             else {
                 continue;
             };
