@@ -385,6 +385,36 @@ mod tests {
     }
 
     #[test]
+    fn a_soft_timeout_needs_a_grace_and_a_longer_deadline() {
+        let spec = TableSpec {
+            stale_if_error_ms: 30_000,
+            load_timeout_ms: Some(1_000),
+            ..declared(None)
+        };
+        let soft = |limits: Limits| spec.limited(&limits).map(|s| s.soft_timeout_ms);
+        assert_eq!(soft(Limits::new().soft_timeout_ms(999)), Ok(Some(999)));
+        let zero = soft(Limits::new().soft_timeout_ms(0)).expect_err("0");
+        assert!(
+            zero[0].starts_with("`soft_timeout_ms` may not be 0"),
+            "{zero:?}"
+        );
+        let late = soft(Limits::new().soft_timeout_ms(1_000)).expect_err("at the deadline");
+        assert!(
+            late[0].contains("`load_timeout_ms` = 1000, not 1000"),
+            "{late:?}"
+        );
+        let graceless = soft(Limits::new().soft_timeout_ms(100).stale_if_error_ms(0));
+        assert!(graceless.expect_err("no grace")[0].ends_with("`stale_if_error_ms = 30_000`"));
+        // A declared soft timeout, its grace taken away by the limits.
+        let declared_soft = TableSpec {
+            soft_timeout_ms: Some(100),
+            ..spec
+        };
+        let fault = declared_soft.limited(&Limits::new().stale_if_error_ms(0));
+        assert!(fault.expect_err("no grace")[0].ends_with("(`soft_timeout_ms` as declared)"));
+    }
+
+    #[test]
     fn a_refresh_must_fit_the_ttl_in_force() {
         // 60 s less 10 %: 54 s.
         let spec = declared(Some(30_000));
