@@ -266,6 +266,7 @@ fn mismatches(recorder: &Captured, node: &str, stats: &Stats) -> Vec<String> {
             stats.malformed_messages,
         ),
         ("echo_cache_stale_backoffs_total", stats.stale_backoffs),
+        ("echo_cache_soft_timeouts_total", stats.soft_timeouts),
     ];
     for (name, n) in others {
         published.push((

@@ -31,6 +31,7 @@ pub(crate) fn expand(decl: &Decl, input: &DeriveInput) -> TokenStream {
     let load_timeout_ms = option(decl.load_timeout_ms.map(|l| quote!(#l)));
     let lost_grace_ms = option(decl.lost_grace_ms.map(|l| quote!(#l)));
     let stale_if_error_ms = option(decl.stale_if_error_ms.map(|g| quote!(#g)));
+    let soft_timeout_ms = option(decl.soft_timeout_ms.map(|s| quote!(#s)));
     let refresh_ms = option(decl.refresh_ms.map(|r| quote!(#r)));
     let fingerprint = fingerprint(input);
     let import = import_private(&decl.krate);
@@ -64,6 +65,7 @@ pub(crate) fn expand(decl: &Decl, input: &DeriveInput) -> TokenStream {
                         load_timeout_ms: #load_timeout_ms,
                         lost_grace_ms: #lost_grace_ms,
                         stale_if_error_ms: #stale_if_error_ms,
+                        soft_timeout_ms: #soft_timeout_ms,
                         refresh_ms: #refresh_ms,
                         coherence: __echo_private::Coherence::#coherence,
                         placement: __echo_private::Placement::#placement,

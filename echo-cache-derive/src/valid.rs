@@ -57,6 +57,7 @@ pub(crate) struct Decl {
     pub(crate) load_timeout_ms: Option<u64>,
     pub(crate) lost_grace_ms: Option<u64>,
     pub(crate) stale_if_error_ms: Option<u64>,
+    pub(crate) soft_timeout_ms: Option<u64>,
     pub(crate) refresh_ms: Option<u64>,
     pub(crate) name: String,
     pub(crate) krate: syn::Path,
@@ -138,6 +139,13 @@ pub(crate) fn validate(mut args: Args, input: &DeriveInput) -> Result<Decl, Inva
         .and_then(|(at, lit)| errors.check(at, lost_grace(lit, coherence)));
     let stale_if_error_ms =
         (args.stale_if_error_ms.lit()).and_then(|(at, lit)| errors.check(at, grace(lit)));
+    let soft_timeout_ms = (args.soft_timeout_ms.lit()).and_then(|(at, lit)| {
+        let graced = args.stale_if_error_ms.lit().is_some();
+        errors.check(
+            at,
+            soft_timeout(lit, graced, stale_if_error_ms, load_timeout_ms),
+        )
+    });
     let refresh_ms = (args.refresh_ms.lit()).and_then(|(at, lit)| {
         let refresh_ms = positive(lit, "refresh_ms");
         // Checked against the TTL only if both are well-formed.
@@ -186,6 +194,7 @@ pub(crate) fn validate(mut args: Args, input: &DeriveInput) -> Result<Decl, Inva
             load_timeout_ms,
             lost_grace_ms,
             stale_if_error_ms,
+            soft_timeout_ms,
             refresh_ms,
             name,
             krate,
@@ -320,6 +329,37 @@ fn grace(lit: &Lit) -> syn::Result<u64> {
         )),
         value => Ok(value),
     }
+}
+
+/// `soft_timeout_ms`: > 0, on a table with a grace (`stale_if_error_ms`
+/// written, and > 0 if it is well-formed: `graced` says whether it was
+/// written), and less than a declared `load_timeout_ms`.
+fn soft_timeout(
+    lit: &Lit,
+    graced: bool,
+    grace: Option<u64>,
+    load_timeout_ms: Option<u64>,
+) -> syn::Result<u64> {
+    let soft = positive(lit, "soft_timeout_ms")?;
+    if !graced || grace == Some(0) {
+        return Err(syn::Error::new(
+            lit.span(),
+            "`soft_timeout_ms` answers a flight's waiters with an expired value: declare \
+             how long past its expiry one may answer, `stale_if_error_ms = 30_000`",
+        ));
+    }
+    if let Some(deadline) = load_timeout_ms
+        && soft >= deadline
+    {
+        return Err(syn::Error::new(
+            lit.span(),
+            format!(
+                "`soft_timeout_ms` must be less than the flight's deadline, `load_timeout_ms` \
+                 = {deadline}, not {soft}: past the deadline the flight is over"
+            ),
+        ));
+    }
+    Ok(soft)
 }
 
 fn jitter(lit: &Lit) -> syn::Result<f64> {

@@ -37,6 +37,7 @@ pub use report::roster::{Health, TableInfo};
 pub use report::stats::Stats;
 pub use table::compute::Change;
 pub use table::fetched::{Fetched, Source};
+pub use table::token::{LoadToken, Unwaited};
 
 /// The attribute that declares a cache: see the
 /// [crate docs](crate#declaring-a-cache) for its keys, and

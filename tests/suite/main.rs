@@ -45,6 +45,7 @@ mod loaders;
 mod lost_grace;
 mod refresh;
 mod schema;
+mod soft_timeout;
 mod stale;
 mod tracing;
 mod user_code;

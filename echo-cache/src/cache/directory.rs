@@ -62,6 +62,7 @@ pub struct SpecParts {
     pub load_timeout_ms: Option<u64>,
     pub lost_grace_ms: Option<u64>,
     pub stale_if_error_ms: Option<u64>,
+    pub soft_timeout_ms: Option<u64>,
     pub refresh_ms: Option<u64>,
     pub coherence: Coherence,
     pub placement: Placement,
@@ -104,6 +105,7 @@ impl SpecParts {
                 Some(grace) => grace,
                 None => TableSpec::DEFAULT_STALE_IF_ERROR_MS,
             },
+            soft_timeout_ms: self.soft_timeout_ms,
             refresh_ms: match self.refresh_ms {
                 Some(refresh_ms) => refresh_ms,
                 None => TableSpec::DEFAULT_REFRESH_MS,

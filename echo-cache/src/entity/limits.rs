@@ -27,6 +27,7 @@ use crate::entity::spec::TableSpec;
 /// | [`refresh_ms`](Self::refresh_ms) | `refresh_ms` | > 0, and less than the shortest life of a row, `ttl − ttl·jitter` (in force: a declared `refresh_ms` must fit an overridden `ttl_ms`) |
 /// | [`stale_if_error_ms`](Self::stale_if_error_ms) | `stale_if_error_ms` | at most `86_400_000` (a day) |
 /// | [`warm_ids`](Self::warm_ids) | (none: [`TableSpec::DEFAULT_WARM_IDS`]) | `1..=100_000` |
+/// | [`soft_timeout_ms`](Self::soft_timeout_ms) | `soft_timeout_ms` | > 0, with a `stale_if_error_ms` > 0 in force, and less than the flight's deadline in force (the table's `load_timeout_ms`, else [`Builder::load_timeout`](crate::Builder::load_timeout)) |
 ///
 /// [`Builder::build`](crate::Builder::build) refuses limits that break a
 /// rule with [`Error::Config`](crate::Error::Config), naming the table and
@@ -56,6 +57,7 @@ pub struct Limits {
     refresh_ms: Option<u64>,
     stale_if_error_ms: Option<u64>,
     warm_ids: Option<usize>,
+    soft_timeout_ms: Option<u64>,
 }
 
 impl Limits {
@@ -68,6 +70,7 @@ impl Limits {
             refresh_ms: None,
             stale_if_error_ms: None,
             warm_ids: None,
+            soft_timeout_ms: None,
         }
     }
 
@@ -119,6 +122,38 @@ impl Limits {
         self
     }
 
+    /// How long a flight's waiters wait for the loader before an expired
+    /// value answers them while the load goes on, in milliseconds (the
+    /// attribute's `soft_timeout_ms`; see [Soft timeouts](crate#soft-timeouts)).
+    ///
+    /// ```standalone_crate
+    /// use std::time::Duration;
+    /// use echo_cache::{near_cache, Cache, Error, Limits};
+    ///
+    /// #[near_cache(kind = "PRC", ttl_ms = 60_000, stale_if_error_ms = 600_000)]
+    /// #[derive(serde::Serialize, serde::Deserialize)]
+    /// pub struct Price { pub cents: u64 }
+    ///
+    /// let cache = Cache::builder()
+    ///     .without_loader::<Price>()
+    ///     .limits::<Price>(Limits::new().soft_timeout_ms(250))
+    ///     .build()?;
+    /// assert_eq!(cache.tables()[0].spec.soft_timeout_ms(), Some(250));
+    ///
+    /// // Not past the flight's deadline.
+    /// let refused = Cache::builder()
+    ///     .without_loader::<Price>()
+    ///     .load_timeout(Duration::from_millis(250))
+    ///     .limits::<Price>(Limits::new().soft_timeout_ms(250))
+    ///     .build();
+    /// assert!(matches!(refused, Err(Error::Config(why)) if why.contains("`soft_timeout_ms` must be less")));
+    /// # Ok::<(), echo_cache::Error>(())
+    /// ```
+    pub const fn soft_timeout_ms(mut self, soft_timeout_ms: u64) -> Limits {
+        self.soft_timeout_ms = Some(soft_timeout_ms);
+        self
+    }
+
     /// The `ttl_ms` set, if any.
     #[must_use]
     pub const fn get_ttl_ms(&self) -> Option<u64> {
@@ -154,6 +189,12 @@ impl Limits {
     pub const fn get_warm_ids(&self) -> Option<usize> {
         self.warm_ids
     }
+
+    /// The `soft_timeout_ms` set, if any.
+    #[must_use]
+    pub const fn get_soft_timeout_ms(&self) -> Option<u64> {
+        self.soft_timeout_ms
+    }
 }
 
 /// The meanings the attribute's messages give its keys (its `attr.rs`).
@@ -161,6 +202,8 @@ const TTL_MEANING: &str = "how long a row lives, in milliseconds";
 const MAX_SIZE_MEANING: &str = "how many rows L1 keeps at most";
 const REFRESH_MEANING: &str =
     "how long before its expiry a row read starts its refresh, in milliseconds";
+const SOFT_MEANING: &str = "how long a flight's waiters wait for the loader before an expired \
+                            value answers them, in milliseconds";
 
 /// The most hot ids a table's list keeps ([`Limits::warm_ids`]).
 pub(crate) const MAX_WARM_IDS: usize = 100_000;
@@ -226,6 +269,31 @@ impl TableSpec {
                 ));
             }
         }
+        if let Some(soft_ms) = limits.soft_timeout_ms {
+            spec.soft_timeout_ms = Some(soft_ms);
+            if soft_ms == 0 {
+                faults.push(format!(
+                    "`soft_timeout_ms` may not be 0: it is {SOFT_MEANING}"
+                ));
+            }
+        }
+        if let Some(soft_ms) = spec.soft_timeout_ms
+            && soft_ms > 0
+        {
+            let declared = if limits.soft_timeout_ms.is_none() {
+                " (`soft_timeout_ms` as declared)"
+            } else {
+                ""
+            };
+            if spec.stale_if_error_ms == 0 {
+                faults.push(format!(
+                    "`soft_timeout_ms` answers a flight's waiters with an expired value: declare \
+                     how long past its expiry one may answer, `stale_if_error_ms = 30_000`{declared}"
+                ));
+            } else if let Some(deadline) = spec.load_timeout_ms {
+                faults.extend(soft_past_deadline(soft_ms, deadline, "`load_timeout_ms`"));
+            }
+        }
         // Against the TTL in force, once both are well-formed.
         let (refresh_ms, ttl_ms) = (spec.refresh_ms, spec.ttl_ms);
         if faults.is_empty() && refresh_ms > 0 {
@@ -250,6 +318,17 @@ impl TableSpec {
             Err(faults)
         }
     }
+}
+
+/// The fault of a soft timeout of `soft_ms` not shorter than the flight's
+/// `deadline_ms` (`named`: how the deadline is set), if it is not.
+pub(crate) fn soft_past_deadline(soft_ms: u64, deadline_ms: u64, named: &str) -> Option<String> {
+    (soft_ms >= deadline_ms).then(|| {
+        format!(
+            "`soft_timeout_ms` must be less than the flight's deadline, {named} = {deadline_ms}, \
+             not {soft_ms}: past the deadline the flight is over"
+        )
+    })
 }
 
 /// `ttl − ttl·jitter` in whole milliseconds, as L1 draws it (and as the
@@ -284,6 +363,7 @@ mod tests {
             load_timeout_ms: None,
             lost_grace_ms: 0,
             stale_if_error_ms: 0,
+            soft_timeout_ms: None,
             refresh_ms: refresh_ms.unwrap_or(0),
             coherence: Coherence::Broadcast,
             placement: Placement::Spread,
@@ -347,6 +427,36 @@ mod tests {
         assert!(nan.is_err(), "NaN is no jitter");
         let day = Limits::new().stale_if_error_ms(MAX_STALE_IF_ERROR_MS);
         assert!(declared(None).limited(&day).is_ok(), "a day is allowed");
+    }
+
+    #[test]
+    fn a_soft_timeout_needs_a_grace_and_a_longer_deadline() {
+        let spec = TableSpec {
+            stale_if_error_ms: 30_000,
+            load_timeout_ms: Some(1_000),
+            ..declared(None)
+        };
+        let soft = |limits: Limits| spec.limited(&limits).map(|s| s.soft_timeout_ms);
+        assert_eq!(soft(Limits::new().soft_timeout_ms(999)), Ok(Some(999)));
+        let zero = soft(Limits::new().soft_timeout_ms(0)).expect_err("0");
+        assert!(
+            zero[0].starts_with("`soft_timeout_ms` may not be 0"),
+            "{zero:?}"
+        );
+        let late = soft(Limits::new().soft_timeout_ms(1_000)).expect_err("at the deadline");
+        assert!(
+            late[0].contains("`load_timeout_ms` = 1000, not 1000"),
+            "{late:?}"
+        );
+        let graceless = soft(Limits::new().soft_timeout_ms(100).stale_if_error_ms(0));
+        assert!(graceless.expect_err("no grace")[0].ends_with("`stale_if_error_ms = 30_000`"));
+        // A declared soft timeout, its grace taken away by the limits.
+        let declared_soft = TableSpec {
+            soft_timeout_ms: Some(100),
+            ..spec
+        };
+        let fault = declared_soft.limited(&Limits::new().stale_if_error_ms(0));
+        assert!(fault.expect_err("no grace")[0].ends_with("(`soft_timeout_ms` as declared)"));
     }
 
     #[test]

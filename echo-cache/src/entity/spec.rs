@@ -244,6 +244,9 @@ pub struct TableSpec {
     pub(crate) lost_grace_ms: u64,
     /// How long past its expiry a row may answer while the loader fails.
     pub(crate) stale_if_error_ms: u64,
+    /// How long a flight's waiters wait for the loader before a stale
+    /// value answers them (`None`: until the deadline).
+    pub(crate) soft_timeout_ms: Option<u64>,
     /// 0: no refresh-ahead.
     pub(crate) refresh_ms: u64,
     pub(crate) coherence: Coherence,
@@ -351,6 +354,25 @@ impl TableSpec {
     #[must_use]
     pub const fn stale_if_error_ms(&self) -> u64 {
         self.stale_if_error_ms
+    }
+
+    /// How long a flight's waiters wait for the loader before an expired
+    /// value answers them while the load goes on (`soft_timeout_ms`), in
+    /// milliseconds, if the table declares one; see
+    /// [Soft timeouts](crate#soft-timeouts).
+    ///
+    /// ```standalone_crate
+    /// use echo_cache::{near_cache, Cached};
+    ///
+    /// #[near_cache(kind = "PRC", ttl_ms = 60_000, stale_if_error_ms = 600_000, soft_timeout_ms = 200)]
+    /// #[derive(serde::Serialize, serde::Deserialize)]
+    /// pub struct Price { pub cents: u64 }
+    ///
+    /// assert_eq!(Price::spec().soft_timeout_ms(), Some(200));
+    /// ```
+    #[must_use]
+    pub const fn soft_timeout_ms(&self) -> Option<u64> {
+        self.soft_timeout_ms
     }
 
     /// How long before its expiry a row read starts its refresh, in

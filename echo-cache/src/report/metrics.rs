@@ -124,6 +124,11 @@ const COUNTERS: [(&str, &str, Count); 16] = [
         "expired values served without calling a loader that just failed",
         |s| s.stale_backoffs,
     ),
+    (
+        "echo_cache_soft_timeouts_total",
+        "flights answered with an expired value at their soft timeout",
+        |s| s.soft_timeouts,
+    ),
 ];
 
 /// Where the cache's metrics come from, for recorders that filter on it.

@@ -77,6 +77,7 @@ pub(crate) struct Counters {
     pub(crate) stale_served: AtomicU64,
     pub(crate) stale_backoffs: AtomicU64,
     pub(crate) warmed: AtomicU64,
+    pub(crate) soft_timeouts: AtomicU64,
 }
 
 impl Counters {
@@ -125,6 +126,7 @@ impl Counters {
             stale_backoffs: self.stale_backoffs.load(Relaxed),
             listener_panics,
             warmed: self.warmed.load(Relaxed),
+            soft_timeouts: self.soft_timeouts.load(Relaxed),
         }
     }
 }
@@ -257,6 +259,12 @@ pub struct Stats {
     /// [Warm start](crate#warm-start)): read from L2 before any fetch asked
     /// for them, so neither hits, misses nor `l2_hits`.
     pub warmed: u64,
+    /// Flights whose waiters an expired value answered at the table's
+    /// soft timeout (`soft_timeout_ms`, [`Source::Stale`](crate::Source::Stale))
+    /// while the load went on. Each flight is also counted by how it ended
+    /// (`fills`, `load_timeouts`, ...), not in `stale_served` unless it
+    /// ended that way.
+    pub soft_timeouts: u64,
 }
 
 #[cfg(test)]

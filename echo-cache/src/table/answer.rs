@@ -17,6 +17,13 @@
 //! with an earlier deadline than the alarm's arms one too. So every waiter
 //! still gives up at its own deadline, and a herd answered in time costs
 //! one timer, not one per waiter.
+//!
+//! The answer also knows whether anybody still waits for it, for the
+//! loader's [`LoadToken`](crate::LoadToken): nobody does once it is set
+//! (a stale value at the soft timeout counts), or once no waiter holds a
+//! slot and no caller holds the answer otherwise (the caller driving the
+//! flight, a batch's waiters yet to poll: see [`Leading`]). Its watchers
+//! are woken then; a flight no loader watches keeps none.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -61,6 +68,10 @@ struct Waiters {
     /// The holder of the alarm: its deadline, its slot. Every live queued
     /// deadline is at or after its deadline.
     alarm: Option<(Instant, usize)>,
+    /// Callers that wait without a slot (see [`Leading`]).
+    held: usize,
+    /// The wakers of the loader's token, woken once nobody waits.
+    watchers: Vec<Waker>,
 }
 
 /// A waiter's place.
@@ -75,6 +86,20 @@ struct Slot {
 }
 
 impl Waiters {
+    /// Whether nobody waits for the answer: it is set, or no caller holds
+    /// it and every slot is free.
+    fn unwaited(&self) -> bool {
+        self.answered || (self.held == 0 && self.slots.len() == self.free.len())
+    }
+
+    /// The watchers to wake, if nobody waits now.
+    fn watchers_if_unwaited(&mut self) -> Vec<Waker> {
+        if self.watchers.is_empty() || !self.unwaited() {
+            return Vec::new();
+        }
+        std::mem::take(&mut self.watchers)
+    }
+
     /// Takes the next live entry of the queue as the alarm; the waker of
     /// its waiter, to wake so that it arms its timer.
     fn hand_over(&mut self) -> Option<Waker> {
@@ -118,6 +143,16 @@ impl<T> Answer<T> {
         }
     }
 
+    /// A caller that held the answer without a slot let go of it.
+    fn let_go(&self) {
+        let woken = {
+            let mut waiters = self.waiters();
+            waiters.held = waiters.held.saturating_sub(1);
+            waiters.watchers_if_unwaited()
+        };
+        woken.into_iter().for_each(Waker::wake);
+    }
+
     fn waiters(&self) -> MutexGuard<'_, Waiters> {
         self.waiters.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -136,11 +171,59 @@ impl<T> Answer<T> {
         for waker in left.slots.into_iter().filter_map(|slot| slot.waker) {
             waker.wake();
         }
+        left.watchers.into_iter().for_each(Waker::wake);
     }
 
     /// The outcome, once set.
     fn get(&self) -> Option<Outcome<T>> {
         self.outcome.get().cloned()
+    }
+}
+
+/// What the loader's token sees of a flight: whether anybody waits for its
+/// answer.
+pub(crate) trait Watched: Send + Sync {
+    /// Whether nobody waits; if somebody does, `waker` is woken once
+    /// nobody does.
+    fn poll_unwaited(&self, waker: &Waker) -> bool;
+    /// Whether nobody waits.
+    fn is_unwaited(&self) -> bool;
+}
+
+impl<T: Send + Sync> Watched for Answer<T> {
+    fn poll_unwaited(&self, waker: &Waker) -> bool {
+        let mut waiters = self.waiters();
+        if waiters.unwaited() {
+            return true;
+        }
+        if !waiters.watchers.iter().any(|known| known.will_wake(waker)) {
+            waiters.watchers.push(waker.clone());
+        }
+        false
+    }
+
+    fn is_unwaited(&self) -> bool {
+        self.waiters().unwaited()
+    }
+}
+
+/// A caller waiting for an answer without a slot among its waiters: the
+/// one driving the flight (it polls the flight, not the answer), a batch's
+/// waiters that poll their answers one after another. While it lives the
+/// answer is waited for; when it is dropped (the caller was answered, gave
+/// up or was dropped) the answer knows it.
+pub(crate) struct Leading<T>(Arc<Answer<T>>);
+
+impl<T> Leading<T> {
+    pub(crate) fn new(answer: Arc<Answer<T>>) -> Leading<T> {
+        answer.waiters().held += 1;
+        Leading(answer)
+    }
+}
+
+impl<T> Drop for Leading<T> {
+    fn drop(&mut self) {
+        self.0.let_go();
     }
 }
 
@@ -201,7 +284,7 @@ impl<T> Wait<T> {
         let Some(slot) = self.slot.take() else {
             return;
         };
-        let (next, mine) = {
+        let (next, mine, watchers) = {
             let mut waiters = self.answer.waiters();
             if waiters.answered {
                 return;
@@ -215,12 +298,14 @@ impl<T> Wait<T> {
             place.turn += 1;
             waiters.free.push(slot);
             let holder = waiters.alarm.is_some_and(|(_, holder)| holder == slot);
-            (holder.then(|| waiters.hand_over()).flatten(), mine)
+            let next = holder.then(|| waiters.hand_over()).flatten();
+            (next, mine, waiters.watchers_if_unwaited())
         };
         drop(mine);
         if let Some(next) = next {
             next.wake();
         }
+        watchers.into_iter().for_each(Waker::wake);
     }
 
     /// Gives up: its deadline passed.

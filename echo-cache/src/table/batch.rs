@@ -24,7 +24,9 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::runtime::Handle;
 use tracing::Instrument;
 
-use super::{Answer, Detachable, Joining, Landing, Loaded, Loader, Table, Wait, panic_message};
+use super::{
+    Answer, Detachable, Joining, Landing, Leading, Loaded, Loader, Table, Wait, panic_message,
+};
 use crate::clock::millis;
 use crate::entity::id::{Id, RawId};
 use crate::entity::mint::Minter;
@@ -168,6 +170,11 @@ impl<T: Cached> Table<T> {
                 }
             }
         }
+        // The answers know when this caller leaves (see `LoadToken`): it
+        // polls them one after another.
+        let _leading: Vec<Leading<T>> = (waits.iter())
+            .map(|(_, answer)| Leading::new(Arc::clone(answer)))
+            .collect();
         let flight = (!led.is_empty()).then(|| {
             let span = tracing::debug_span!("flights", table = self.spec.name, ids = led.len());
             let flights: Pin<Box<dyn Future<Output = ()> + Send>> =
@@ -381,10 +388,16 @@ impl<T: Cached> Table<T> {
         over_bad: &[bool],
         l2_left: Duration,
     ) {
-        let mut loads: FuturesUnordered<_> = (rest.iter())
-            .map(|&i| {
-                let load = AssertUnwindSafe(self.load(landings[i].key, over_bad[i], l2_left));
-                load.catch_unwind().map(move |loaded| (i, loaded))
+        // Each loader sees its flight's token (landing needs the landings).
+        let answers: Vec<_> = (rest.iter())
+            .map(|&i| (i, landings[i].key, Arc::clone(&landings[i].answer)))
+            .collect();
+        let mut loads: FuturesUnordered<_> = (answers.iter())
+            .map(|(i, key, answer)| {
+                let (i, load) = (*i, self.load(*key, over_bad[*i], l2_left, Some(answer)));
+                AssertUnwindSafe(load)
+                    .catch_unwind()
+                    .map(move |loaded| (i, loaded))
             })
             .collect();
         while let Some((i, loaded)) = loads.next().await {

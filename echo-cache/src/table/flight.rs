@@ -117,6 +117,14 @@ impl<W> Flights<W> {
         false
     }
 
+    /// Whether the flight `token` is still the flight of `key` (no write
+    /// detached it).
+    pub(crate) fn is_current(&self, key: u64, token: u64) -> bool {
+        self.shard(key)
+            .get(&key)
+            .is_some_and(|slot| slot.token == token)
+    }
+
     /// Detaches the flight of `key`, if one is under way (it will not
     /// install, and new misses start afresh), and runs `write` (an eviction
     /// or a put) under the same lock.

@@ -17,6 +17,7 @@ use tokio::runtime::Handle;
 use tracing::instrument::Instrumented;
 use tracing::{Instrument, Span, field};
 
+use super::read::Aloft;
 use super::{Answer, Loaded, Table};
 use crate::entity::id::RawId;
 use crate::entity::spec::Cached;
@@ -283,9 +284,14 @@ impl<T: Cached> Landing<T> {
         let table = Arc::clone(self.table.as_ref().expect("lands once"));
         // Filled as the flight goes: still there if it times out.
         let mut fallback = Fallback::none();
-        let resolved =
-            AssertUnwindSafe(table.resolve(self.key, self.refreshing.is_some(), &mut fallback))
-                .catch_unwind();
+        let aloft = Aloft {
+            token: self.token,
+            answer: &self.answer,
+            soft_at: (table.soft_timeout).map(|after| tokio::time::Instant::now() + after),
+        };
+        let refresh = self.refreshing.is_some();
+        let resolved = AssertUnwindSafe(table.resolve(self.key, refresh, &mut fallback, &aloft))
+            .catch_unwind();
         let deadline = table.load_timeout;
         let outcome = match tokio::time::timeout(deadline, resolved).await {
             Ok(Ok(outcome)) => outcome,

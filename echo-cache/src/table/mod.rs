@@ -9,7 +9,8 @@
 //!    the caller gives up first); either way it waits for the one answer
 //!    ([`answer`]: what a waiter of a herd costs, and its timeout).
 //! 3. [`Table::resolve`], in the flight, within its deadline: L2, then the
-//!    loader.
+//!    loader (with its [`token`]); past the table's soft timeout, a stale
+//!    value answers the waiters while the loader goes on.
 //! 4. [`Table::land`]: install the value in L1 unless a write overtook the
 //!    flight, and answer every waiter.
 //!
@@ -55,7 +56,7 @@ use crate::table::fetched::Fetched;
 use crate::table::flight::Flights;
 use crate::table::grace::Grace;
 use crate::table::stale::Failsafe;
-use answer::{Answer, Wait};
+use answer::{Answer, Leading, Wait};
 use applied::Applied;
 use turns::Turns;
 
@@ -73,6 +74,7 @@ mod loader;
 mod open;
 mod read;
 pub(crate) mod stale;
+pub(crate) mod token;
 mod trust;
 mod turns;
 mod warm;
@@ -99,6 +101,9 @@ pub(crate) struct Table<T> {
     spec: &'static TableSpec,
     /// The deadline of a flight.
     load_timeout: Duration,
+    /// When a flight's waiters get a stale value, if the table has one
+    /// (`soft_timeout_ms`) and the flight a fallback.
+    soft_timeout: Option<Duration>,
     rows: Rows<T>,
     flights: Flights<Arc<Answer<T>>>,
     hits: Striped,

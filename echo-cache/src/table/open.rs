@@ -159,6 +159,7 @@ pub(crate) fn open<T: Declared>(spec: &'static TableSpec, shared: &Shared) -> Op
         me: me.clone(),
         spec,
         load_timeout,
+        soft_timeout: spec.soft_timeout_ms.map(Duration::from_millis),
         rows: Rows::with_listener(spec, listener),
         flights: Flights::new(),
         hits: Striped::new(),

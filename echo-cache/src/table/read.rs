@@ -1,6 +1,7 @@
 //! Steps 1–3 of the data path: the hit, the miss that joins or starts the
 //! flight of its key, and the flight's resolution within its deadline (L2,
-//! then the loader) down to the fill it writes to L2.
+//! then the loader, answered stale at the soft timeout if the table has
+//! one) down to the fill it writes to L2.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -8,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use tokio::runtime::Handle;
 
-use super::{Answer, Detachable, Joining, Landing, Loaded, Miss, Table, Wait};
+use super::{Answer, Detachable, Joining, Landing, Leading, Loaded, Miss, Table, Wait};
 use crate::clock::millis;
 use crate::entity::id::{Id, RawId};
 use crate::entity::mint::Minter;
@@ -21,10 +22,20 @@ use crate::report::stats::Counters;
 use crate::table::fetched::{Fetched, Source};
 use crate::table::flight::Joined;
 use crate::table::stale::Fallback;
+use crate::table::token::LoadToken;
 
 /// The longest pause before a failed refresh may be tried again
 /// ([`Table::refresh_retry`]).
 const REFRESH_RETRY_MAX_MS: u64 = 1_000;
+
+/// What a flight's resolution needs of the flight: its token in the
+/// registry, its answer (for the loader's token and the soft timeout's
+/// answer), and when the soft timeout passes, if the table has one.
+pub(super) struct Aloft<'a, T> {
+    pub(super) token: u64,
+    pub(super) answer: &'a Arc<Answer<T>>,
+    pub(super) soft_at: Option<tokio::time::Instant>,
+}
 
 impl<T> Table<T> {
     /// Step 1: the answer of a live L1 row, if there is one.
@@ -168,6 +179,8 @@ impl<T: Cached> Table<T> {
         answer: Arc<Answer<T>>,
         timeout: Option<Duration>,
     ) -> Result<Fetched<T>, Error> {
+        // Its flight's answer knows when it leaves (see `LoadToken`).
+        let _leading = Leading::new(Arc::clone(&answer));
         let current = Handle::try_current().ok();
         let in_runtime = current.is_some();
         let runtime = current
@@ -177,9 +190,22 @@ impl<T: Cached> Table<T> {
         // Outside the runtime the flight cannot run here: dropping it
         // hands it to the runtime.
         let flight = in_runtime.then_some(flight);
+        let soft = self.soft_timeout.is_some();
         let landed = async {
-            if let Some(flight) = flight {
-                flight.await;
+            if let Some(mut flight) = flight {
+                if soft {
+                    // The answer may come before the flight lands (a stale
+                    // value at the soft timeout): the flight then goes on
+                    // as a task of its own.
+                    let early = Wait::new(Arc::clone(&answer), self.spec.name, None);
+                    tokio::select! {
+                        biased;
+                        () = &mut flight => {}
+                        answered = early => return answered,
+                    }
+                } else {
+                    flight.await;
+                }
             }
             Wait::new(answer, self.spec.name, None).await
         };
@@ -212,12 +238,15 @@ impl<T: Cached> Table<T> {
     /// Step 3: L2, then the loader; a `refresh`, the loader only. On the
     /// way, gathers in `fallback` what may answer if the loader fails
     /// (`stale_if_error_ms`), and skips the loader if it failed on `key` a
-    /// moment ago and there is a fallback.
+    /// moment ago and there is a fallback. Past the soft timeout, if there
+    /// is one, the fallback answers the waiters while the loader goes on
+    /// (see [`Table::answer_soft`]).
     pub(super) async fn resolve(
         &self,
         key: u64,
         refresh: bool,
         fallback: &mut Fallback<T>,
+        aloft: &Aloft<'_, T>,
     ) -> Result<Loaded<T>, Error> {
         let stale = self.failsafe.enabled() && self.verified();
         if stale && let Some(dead) = self.rows.stale(key, self.clock.now_ms()) {
@@ -264,7 +293,39 @@ impl<T: Cached> Table<T> {
             fallback.backoff = true;
             return Err(failed);
         }
-        self.load(key, over_bad, l2_left).await
+        let load = self.load(key, over_bad, l2_left, Some(aloft.answer));
+        // A timer only for a table with a soft timeout, and a flight with
+        // something to answer at it.
+        let Some(soft_at) = aloft.soft_at.filter(|_| fallback.is_some()) else {
+            return load.await;
+        };
+        let mut load = std::pin::pin!(load);
+        tokio::select! {
+            biased;
+            loaded = &mut load => return loaded,
+            () = tokio::time::sleep_until(soft_at) => {}
+        }
+        self.answer_soft(key, aloft, fallback);
+        load.await
+    }
+
+    /// The soft timeout passed with the loader under way: the fallback
+    /// answers the flight's waiters (and the misses that join it
+    /// meanwhile) if it may (see [`Table::serves_stale`]: not if a write
+    /// detached the flight, an invalidation overtook the fallback or the
+    /// invalidation channel is down); the load goes on and lands as ever.
+    fn answer_soft(&self, key: u64, aloft: &Aloft<'_, T>, fallback: &Fallback<T>) {
+        let Some(version) = fallback.version() else {
+            return;
+        };
+        let current = self.flights.is_current(key, aloft.token);
+        if !current || !self.verified() || self.applied.overtakes(key, version) {
+            return;
+        }
+        if let Some(stale) = fallback.answer() {
+            Counters::bump(&self.counters.soft_timeouts);
+            aloft.answer.set(Ok(stale));
+        }
     }
 
     /// Whether other nodes' invalidations reach this table only as L2's
@@ -278,11 +339,14 @@ impl<T: Cached> Table<T> {
     /// (`over_bad`: over the bad frame L2 held; the answer waits for that
     /// write at most `l2_left`, what the flight's read left of the L2
     /// timeout).
+    /// The loader sees the token of `answer`'s flight, if it has one
+    /// ([`LoadToken`]).
     pub(super) async fn load(
         &self,
         key: u64,
         over_bad: bool,
         l2_left: Duration,
+        answer: Option<&Arc<Answer<T>>>,
     ) -> Result<Loaded<T>, Error> {
         let loader = self.loader.as_ref().ok_or(Error::NoLoader {
             table: self.spec.name,
@@ -291,7 +355,15 @@ impl<T: Cached> Table<T> {
         // against writes: L2 refuses the fill if an invalidation newer than
         // it is there (every mode, `none` included).
         let version = Minter::global().mint_raw(T::KIND);
-        match loader(Id::from_payload(key)).await {
+        let id = Id::from_payload(key);
+        let found = match answer {
+            Some(answer) => {
+                let token = LoadToken::new(Arc::clone(answer) as _);
+                token.scope(|| loader(id)).await
+            }
+            None => loader(id).await,
+        };
+        match found {
             Ok(Some((value, ttl))) => {
                 let deadline = self.deadline(ttl.map_or(u64::MAX, millis));
                 Ok(self

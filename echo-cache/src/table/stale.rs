@@ -78,6 +78,12 @@ impl<T> Fallback<T> {
         self.value.as_ref().map(|&(_, v)| v)
     }
 
+    /// The answer it makes, if there is one, keeping it.
+    pub(crate) fn answer(&self) -> Option<Fetched<T>> {
+        (self.value.as_ref())
+            .map(|(value, version)| Fetched::new(Arc::clone(value), Source::Stale, *version))
+    }
+
     /// The answer it makes, if there is one.
     pub(crate) fn take(self) -> Option<Fetched<T>> {
         (self.value).map(|(value, version)| Fetched::new(value, Source::Stale, version))

@@ -10,7 +10,8 @@ use echo_cache::{Cache, Error, Id, near_cache};
     coherence = "eventual",
     colour = "red",
     name = "Games!",
-    max_size = "lots"
+    max_size = "lots",
+    soft_timeout_ms = 5_000
 )]
 #[derive(serde::Serialize, serde::Deserialize)]
 struct Game {

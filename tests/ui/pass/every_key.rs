@@ -20,6 +20,7 @@ macro_rules! declare {
             absent_ttl_ms = 5_000,
             load_timeout_ms = 2_000,
             stale_if_error_ms = 30_000,
+            soft_timeout_ms = 500,
             refresh_ms = 60_000,
             name = "games",
             crate = "::echo_cache"
@@ -64,6 +65,7 @@ fn main() {
     assert_eq!(spec.absent_ttl_ms(), 5_000);
     assert_eq!(spec.load_timeout_ms(), Some(2_000));
     assert_eq!(spec.stale_if_error_ms(), 30_000);
+    assert_eq!(spec.soft_timeout_ms(), Some(500));
     assert_eq!(spec.refresh_ms(), 60_000);
     assert_eq!(spec.name(), "games");
     assert!(spec.type_name().ends_with("::Game"), "{}", spec.type_name());

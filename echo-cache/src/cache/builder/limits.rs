@@ -14,7 +14,8 @@ use std::sync::{Mutex, PoisonError};
 use super::Builder;
 #[cfg(doc)]
 use crate::cache::Cache;
-use crate::entity::limits::Limits;
+use crate::cache::directory::DECLARATIONS;
+use crate::entity::limits::{Limits, soft_past_deadline};
 use crate::entity::spec::{Cached, TableSpec};
 use crate::error::Error;
 
@@ -149,6 +150,48 @@ impl Builder {
             in_force.insert(at, interned(declared, spec));
         }
         Ok(in_force)
+    }
+}
+
+impl Builder {
+    /// Checks that each open table's soft timeout in force is shorter than
+    /// its flight's deadline in force: its `load_timeout_ms`, else
+    /// [`load_timeout`](Self::load_timeout) (the table's own deadline is
+    /// checked with its limits).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`], naming the table, if one is not.
+    pub(super) fn check_soft_timeouts(
+        &self,
+        in_force: &HashMap<usize, &'static TableSpec>,
+    ) -> Result<(), Error> {
+        let deadline_ms = u64::try_from(self.load_timeout.as_millis()).unwrap_or(u64::MAX);
+        for declaration in DECLARATIONS {
+            let declared = declaration.spec();
+            let spec = in_force
+                .get(&address(declared))
+                .copied()
+                .unwrap_or(declared);
+            let Some(soft_ms) = spec
+                .soft_timeout_ms
+                .filter(|_| spec.load_timeout_ms.is_none())
+            else {
+                continue;
+            };
+            if !super::opens(&self.open, declared) {
+                continue;
+            }
+            if let Some(fault) = soft_past_deadline(soft_ms, deadline_ms, "`Builder::load_timeout`")
+            {
+                return Err(Error::Config(format!(
+                    "the table {:?} (`{}`): {fault}",
+                    spec.name(),
+                    spec.type_name()
+                )));
+            }
+        }
+        Ok(())
     }
 }
 

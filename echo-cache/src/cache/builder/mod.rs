@@ -381,6 +381,7 @@ impl Builder {
         hot_publish_every_fault(self.hot_publish_every)?;
         let in_force = self.specs_in_force()?;
         self.check_open()?;
+        self.check_soft_timeouts(&in_force)?;
         #[cfg(feature = "metrics")]
         let metrics_node = self.node_name.as_deref().map(Arc::from);
         let node_name = match self.node_name {

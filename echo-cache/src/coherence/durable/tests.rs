@@ -26,6 +26,7 @@ const fn spec(name: &'static str, kind: &'static str) -> TableSpec {
         load_timeout_ms: None,
         lost_grace_ms: 0,
         stale_if_error_ms: 0,
+        soft_timeout_ms: None,
         refresh_ms: 0,
         coherence: Coherence::Durable,
         placement: crate::entity::spec::Placement::Table,
