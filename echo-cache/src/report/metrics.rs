@@ -49,7 +49,7 @@ const SOURCES: [(&str, Count); 8] = [
 ];
 
 /// The other counters of a table: name, description, count in a snapshot.
-const COUNTERS: [(&str, &str, Count); 16] = [
+const COUNTERS: [(&str, &str, Count); 17] = [
     (
         "echo_cache_swept_total",
         "expired rows reclaimed by the sweeper",
