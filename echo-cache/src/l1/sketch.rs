@@ -29,7 +29,7 @@ const MIN_ROWS: usize = 64;
 /// sooner (+1.5 points at 10, -1 at 20), a longer one ranks a steady Zipf
 /// load and a scan better (about -0.5 and +0.3 points). At 10k rows (a
 /// share of 625) 12 is within 0.1 point of 15 on every family; 5 and 8
-/// lose 0.5 and 0.1 on scan + zipf, and at 100k 5 and 8 lose 0.3 to 0.7
+/// lose 0.5 and 0.1 on scan + zipf, and at 100k 5 and 8 lose 0.2 and 0.7
 /// on zipf 0.8.
 const SAMPLE_PER_ROW: usize = 15;
 /// The shard size from which a sketch keeps [`SAMPLE_PER_ROW`]; a
