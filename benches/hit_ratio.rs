@@ -63,27 +63,24 @@
 //! unread, from one row to the shard's whole share: a frequency load
 //! keeps it at one row (TinyLFU), a recency load or a moved hot set
 //! stretches it over the table (a clock, as an LRU). New rows are spared
-//! by the hand's first pass. A shard's victim may be another shard's
-//! (one in turn, if its hand had passed it unread before): a hot set is
-//! not split evenly over the 16 shards. A small table's sketch halves
-//! sooner (5 additions a row at 1k rows, 15 from 10k). See `echo-cache/src/l1/mod.rs`, "A full
+//! by the hand's first pass. See `echo-cache/src/l1/mod.rs`, "A full
 //! table". Points against the best engine but Belady (moka, quick_cache
 //! and the ten libCacheSim algorithms), at 1k / 10k / 100k rows:
 //!
-//! | family | TinyLFU, probation ≤ 20 % | adaptive probation (4a27669) | + other shards' victims, small sketches' shorter memory |
-//! |---|---|---|---|
-//! | zipf 0.8 | -1.2 / -0.1 / -0.1 | -1.2 / -0.1 / -0.2 to -1.0 | -0.9 / -0.3 / -0.4 |
-//! | zipf 0.99 | -0.5 / +0.1 / -0.5 | -0.6 / -0.1 / -0.6 | -0.4 / -0.1 / -0.6 |
-//! | scan + zipf | -0.7 / -0.2 / -0.2 | -0.3 / -0.2 / -0.2 to -0.6 | 0.0 / -0.2 / -0.2 |
-//! | loop | -0.1 / +0.2 / +0.9 | -0.1 / +0.2 to +0.9 / +0.9 | -0.3 / +0.2 / +0.9 |
-//! | recency | -6.7 / -1.8 / -0.5 | +0.5 / +0.5 / -0.1 | 0.0 / +0.3 / -0.1 |
-//! | moving | -2.1 / -7.0 / -10.0 | -1.6 / -1.4 / -0.7 to -1.6 | -0.5 / -1.4 / -0.8 to -1.1 |
+//! | family | before (TinyLFU, probation ≤ 20 %) | now (4 runs at 100k) |
+//! |---|---|---|
+//! | zipf 0.8 | -1.2 / -0.1 / -0.1 | -1.2 / -0.1 / -0.2 to -1.0 |
+//! | zipf 0.99 | -0.5 / +0.1 / -0.5 | -0.5 / +0.1 / -0.6 |
+//! | scan + zipf | -0.7 / -0.2 / -0.2 | -0.3 / -0.2 / -0.2 to -0.6 |
+//! | loop | -0.1 / +0.2 / +0.9 | -0.1 / +0.2 to +0.9 / +0.9 |
+//! | recency | -6.7 / -1.8 / -0.5 | +0.5 / +0.5 / -0.1 |
+//! | moving | -2.1 / -7.0 / -10.0 | -1.7 / -1.3 / -0.7 to -1.6 |
 //!
 //! The figures at 100k move by up to 0.7 point from run to run (the
 //! table's hasher is seeded at random, and the window's length follows
-//! the reads); moka's too (its loop at 10k: 87.6 to 90.2). The whole
-//! table, every engine, Belady's bound and the machine's load, is in
-//! `benches/results/hit_ratio.md` (what `hit_ratio_anchors.py` prints).
+//! the reads); moka's too (its loop at 10k: 87.6 to 90.2).
+//! (The whole table, every engine and Belady's bound, is what
+//! `hit_ratio_anchors.py` prints.)
 //!
 //! Measures ratios, not time: machine load does not change the figures.
 //!

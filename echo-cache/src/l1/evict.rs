@@ -97,22 +97,6 @@ const PROBATION_SHARE: usize = 32;
 /// root) -0.31, -0.55, -1.66.
 const SHRINK: usize = 1;
 
-/// The passes of its own hand unread that make another shard's victim go
-/// in place of a shard's ([`Rows::evict_colder`]), whatever the two
-/// ranks. A table's shards split its rows evenly once it is full, but a
-/// hot set does not split evenly over them: a shard given more hot ids
-/// than its share evicted its own hot rows while another kept rows no
-/// longer read (it had no misses to turn its hand). Measured with
-/// `benches/hit_ratio.rs` (points against the best engine): the hot set
-/// moving wholesale at 1k rows -1.6 before, -0.9 to -1.1 with (a table of
-/// one shard: -0.1); other families and sizes within 0.2 point either way
-/// (scan, loop, recency at 1k, 10k, 100k; zipf 0.8 and 0.99 at 10k,
-/// 100k). 2 passes: -1.0 at 1k, 100k moving -0.9 against -0.8; comparing
-/// ranks instead (the colder estimate, then the longer idle): 1k moving
-/// -1.1, 10k -1.7. Trying three shards in turn rather than one: within
-/// 0.1 point.
-const NEIGHBOUR_IDLE: u8 = 1;
-
 /// The hand's passes over a row since it was last read.
 fn idle(mark: u8) -> u8 {
     match mark {
@@ -196,8 +180,6 @@ struct Victim {
     estimate: u8,
     /// Whether `estimate` was lowered for passes of the hand unread.
     decayed: bool,
-    /// The hand's passes over it, unread, before the one that chose it.
-    idle: u8,
 }
 
 impl Victim {
@@ -213,7 +195,6 @@ impl Victim {
             dead,
             estimate: 0,
             decayed: false,
-            idle: 0,
         }
     }
 }
@@ -329,7 +310,7 @@ impl<T> Rows<T> {
             };
         }
         // The new row takes the victim's place in the count.
-        self.evict_colder(array, tally, &victim, now);
+        self.evict(array, tally, &victim);
         Room::Made
     }
 
@@ -420,7 +401,6 @@ impl<T> Rows<T> {
                 dead: false,
                 estimate: ranked,
                 decayed: ranked < raw,
-                idle: idle(mark),
             }
         };
         let mut victim = estimate(first, mark);
@@ -508,7 +488,7 @@ impl<T> Rows<T> {
             if !dead && estimate >= 2 {
                 let victim = self.victim(array, tally, now);
                 if victim.dead || admits(estimate, &victim, self.probation_most() > 0) {
-                    self.evict_colder(array, tally, &victim, now);
+                    self.evict(array, tally, &victim);
                     continue;
                 }
             }
@@ -516,7 +496,7 @@ impl<T> Rows<T> {
         }
         if !made {
             let victim = self.victim(array, tally, now);
-            self.evict_colder(array, tally, &victim, now);
+            self.evict(array, tally, &victim);
         }
         if probation.ids.len() == probation.ids.capacity() {
             // Twice as long, as a `VecDeque` grows, but never longer than
@@ -526,41 +506,6 @@ impl<T> Rows<T> {
         }
         probation.ids.push_back(key);
         tally.probation = Some(probation);
-    }
-
-    /// Evicts the clock's `victim` of the caller's shard (whose lock it
-    /// holds), or in its place the clock's victim of another shard, if
-    /// that one is colder (see [`colder_elsewhere`](Self::colder_elsewhere)):
-    /// the place freed goes to the caller's shard either way.
-    fn evict_colder(&self, array: &Array<T>, tally: &mut Tally, victim: &Victim, now: u64) {
-        if victim.dead || !self.colder_elsewhere(now) {
-            self.evict(array, tally, victim);
-        }
-    }
-
-    /// Evicts the clock's victim of the next shard in turn (the table's
-    /// `cursor`) if it is dead, or if that shard's hand had passed it
-    /// unread before ([`NEIGHBOUR_IDLE`]) and the shard holds at least
-    /// half its share; whether it did. A shard whose lock is held is
-    /// passed over (`try_lock`: the caller holds its own shard's lock, and
-    /// two writers waiting for each other's would deadlock).
-    fn colder_elsewhere(&self, now: u64) -> bool {
-        let shard = &self.shards[self.cursor.fetch_add(1, Relaxed) % SHARDS];
-        let Ok(mut tally) = shard.writer.try_lock() else {
-            return false;
-        };
-        if tally.rows * 2 < self.share || tally.sketch.is_none() {
-            return false;
-        }
-        let Some(array) = shard.array(&tally) else {
-            return false;
-        };
-        let victim = self.victim(&array, &mut tally, now);
-        if !victim.dead && victim.idle < NEIGHBOUR_IDLE {
-            return false;
-        }
-        self.evict(&array, &mut tally, &victim);
-        true
     }
 
     /// Removes a victim's row; the caller accounts for the place it frees.

@@ -99,12 +99,7 @@
 //!   not outlast the new one for its old counts); the first unmarked row, or the least asked-for of
 //!   it and the next few unmarked ones, is the victim; a row's count is
 //!   halved for every two passes of the hand it was not read since (a hot
-//!   set that moved on loses its rank as fast as rows are evicted). The
-//!   victim goes, or in its place, the clock's victim of another shard
-//!   (the next in turn, whose lock is free and that holds at least half
-//!   its share) if its own hand had passed it unread before: a hot set
-//!   is not split evenly over the shards, and a shard given more of it
-//!   than its share takes the places of rows no longer read elsewhere.
+//!   set that moved on loses its rank as fast as rows are evicted).
 //! - The admission test: the victim goes only if the id was asked for at
 //!   least three times (its first ask had its chance on probation) and
 //!   more often than the victim plus one: one-off ids (a scan) do not pass
@@ -117,17 +112,16 @@
 //! `benches/hit_ratio.rs` (2M reads a trace; points against the best of
 //! moka, `quick_cache` and ten libCacheSim algorithms: LRU, ARC, LIRS, 2Q,
 //! S3-FIFO, SIEVE, W-TinyLFU, `ClockPro`, Cacheus, `LeCaR`), at 1k / 10k /
-//! 100k rows: Zipf 0.8 -0.9 / -0.3 / -0.4, Zipf 0.99 -0.4 / -0.1 / -0.6,
-//! Zipf with scans 0.0 / -0.2 / -0.2, a loop 1.1 times the table -0.3 /
-//! +0.2 / +0.9, recency-biased 0.0 / +0.3 / -0.1, a hot set moving
-//! wholesale -0.5 / -1.4 / -0.8 to -1.1 (LRU holds every hot id there,
-//! and is Belady's bound: a row that leaves probation unread goes before
-//! a stale ranked row); the figures at 100k move by up to 0.7 point from
-//! run to run. Whole table: `benches/results/hit_ratio.md`. Before the
-//! victims of other shards and the small tables' shorter sketch memory:
-//! Zipf 0.8 -1.2 at 1k, Zipf 0.99 -0.6 at 1k, moving -1.6 at 1k; before
+//! 100k rows: Zipf 0.8 -1.2 / -0.1 / -0.2 to -1.0 (from run to run),
+//! Zipf 0.99 -0.5 / +0.1 / -0.6, Zipf with scans -0.3 / -0.2 / -0.2 to
+//! -0.6, a loop 1.1 times the table -0.1 / +0.2 / +0.9, recency-biased
+//! +0.5 / +0.5 / -0.1, a hot set moving wholesale -1.7 / -1.3 / -0.7 to
+//! -1.6 (LRU holds every hot id there, and is Belady's bound: sharding
+//! pins each shard's rows to its count when the table filled, and a row
+//! that leaves probation unread goes before a stale ranked row). Before
 //! the adaptive window: recency -6.7 / -1.8 / -0.5, moving -2.1 / -7.0 /
-//! -10.0.
+//! -10.0; with it but new rows unmarked (the clock's victim often the new
+//! row, least asked-for): moving -2.1 / -3.5 / -2.0.
 //!
 //! The victim's value is retired like any removed value: freed by the
 //! epoch, outside every lock.
@@ -262,9 +256,6 @@ pub(crate) struct Rows<T> {
     eviction: Eviction,
     /// Live rows evicted for new ones.
     evictions: AtomicU64,
-    /// The shard a full shard looks into next for a colder row than its
-    /// own (see `evict.rs`, `NEIGHBOUR_IDLE`).
-    cursor: AtomicUsize,
     /// When a full table last looked for dead rows to reclaim.
     last_reclaim: AtomicU64,
     /// How long the sweeper keeps a dead row (`stale_if_error_ms`).
@@ -364,7 +355,6 @@ impl<T> Rows<T> {
             },
             eviction: spec.eviction,
             evictions: AtomicU64::new(0),
-            cursor: AtomicUsize::new(0),
             last_reclaim: AtomicU64::new(0),
             // A full table of live rows must not rescan on every miss.
             reclaim_every_ms: (spec.sweep_ms / 8).max(1),

@@ -6,9 +6,9 @@
 //! (collisions only ever inflate a counter). An addition raises only the
 //! counters at that least value (the "conservative update"), which keeps
 //! the estimates of ids that share counters apart. After a sample of
-//! additions fifteen times the rows the sketch is sized for (fewer for a
-//! shard under 625 rows, down to five times), every counter is halved:
-//! old popularity fades, so a shifted workload is admitted after a while.
+//! additions fifteen times the rows the sketch is sized for, every
+//! counter is halved: old popularity fades, so a shifted workload is
+//! admitted after a while.
 //!
 //! It is written only by its shard's writer, under the shard's lock: a miss
 //! adds its id, and the clock hand (or probation, as a row leaves it) adds
@@ -21,30 +21,13 @@ const WIDTH_PER_ROW: usize = 6;
 /// The rows the smallest sketch is sized for (1 KiB): a small table's
 /// handful of ids must not share counters.
 const MIN_ROWS: usize = 64;
-/// Additions between two halvings, per id the sketch is sized for, in a
-/// shard of [`LONG_MEMORY_ROWS`] rows or more. Only misses and the hand's
-/// finds are added (hits are not), so this is a longer memory than
-/// `TinyLFU`'s ten accesses per row. Measured against 10 and 20
-/// (`benches/hit_ratio.rs`): a shorter memory follows a shifting hot set
-/// sooner (+1.5 points at 10, -1 at 20), a longer one ranks a steady Zipf
-/// load and a scan better (about -0.5 and +0.3 points). At 10k rows (a
-/// share of 625) 12 is within 0.1 point of 15 on every family; 5 and 8
-/// lose 0.5 and 0.1 on scan + zipf, and at 100k 5 and 8 lose 0.2 and 0.7
-/// on zipf 0.8.
+/// Additions between two halvings, per id the sketch is sized for. Only
+/// misses and the hand's finds are added (hits are not), so this is a
+/// longer memory than `TinyLFU`'s ten accesses per row. Measured against
+/// 10 and 20 (`benches/hit_ratio.rs`): a shorter memory follows a shifting
+/// hot set sooner (+1.5 points at 10, -1 at 20), a longer one ranks a
+/// steady Zipf load and a scan better (about -0.5 and +0.3 points).
 const SAMPLE_PER_ROW: usize = 15;
-/// The shard size from which a sketch keeps [`SAMPLE_PER_ROW`]; a
-/// smaller one halves sooner, in proportion, down to
-/// [`SHORTEST_SAMPLE_PER_ROW`]. A table of 10k rows.
-const LONG_MEMORY_ROWS: usize = 625;
-/// The fewest additions between two halvings per id. Measured at 1k rows
-/// (a share of 63, a sketch for [`MIN_ROWS`]; with a victim taken from
-/// another shard, see `evict.rs`), points against the best engine on zipf
-/// 0.8, zipf 0.99, scan + zipf, loop, recency, moving: 15 -1.39, -0.63,
-/// -0.34, -0.10, +0.45, -1.06; 10 -1.19, -0.51, -0.14, -, -, -0.89; 5
-/// -0.92, -0.43, 0.00, -0.27, +0.06, -0.38; 4 -0.85, -0.39, -0.06, -0.39,
-/// -0.07, -0.52; 3 -0.66, -0.32, -0.08, -0.58, -0.19, -0.43; 2 loses 1.28
-/// on the loop. Shares between 64 and 625 rows are not measured.
-const SHORTEST_SAMPLE_PER_ROW: usize = 5;
 /// The largest count (4 bits).
 const MAX: u64 = 15;
 /// Odd multipliers that draw four counter indexes from one hash.
@@ -54,13 +37,6 @@ const SEEDS: [u64; 4] = [
     0x1656_67B1_9E37_79F9,
     0xD6E8_FEB8_6659_FD93,
 ];
-
-/// Additions between two halvings per id, for a sketch of `rows` rows:
-/// [`SAMPLE_PER_ROW`] from [`LONG_MEMORY_ROWS`], in proportion below, at
-/// least [`SHORTEST_SAMPLE_PER_ROW`].
-fn sample_per_row(rows: usize) -> usize {
-    (SAMPLE_PER_ROW * rows / LONG_MEMORY_ROWS).clamp(SHORTEST_SAMPLE_PER_ROW, SAMPLE_PER_ROW)
-}
 
 #[derive(Clone)]
 pub(crate) struct Sketch {
@@ -84,7 +60,7 @@ impl Sketch {
             words: vec![0; width / 16 * SEEDS.len()].into_boxed_slice(),
             width,
             added: 0,
-            sample: rows * sample_per_row(rows),
+            sample: rows * SAMPLE_PER_ROW,
         }
     }
 
@@ -156,26 +132,18 @@ mod tests {
 
     #[test]
     fn counts_saturate_at_fifteen_and_halve_after_the_sample() {
-        let mut sketch = Sketch::new(1_000);
-        assert_eq!(sketch.sample, 15_000);
+        let mut sketch = Sketch::new(100);
+        assert_eq!(sketch.sample, 1_500);
         for n in 1..=20 {
             sketch.add(hash(1));
             assert_eq!(sketch.estimate(hash(1)), n.min(15));
         }
         assert_eq!(sketch.estimate(hash(2)), 0, "never added");
-        // 15 × 1,000 additions in all halve every counter once.
-        for n in 0..(15_000 - 20) {
+        // 15 × 100 additions in all halve every counter once.
+        for n in 0..(1_500 - 20) {
             sketch.add(hash(1_000 + n));
         }
         assert_eq!(sketch.estimate(hash(1)), 7);
-    }
-
-    #[test]
-    fn a_small_sketch_halves_sooner() {
-        assert_eq!(Sketch::new(10).sample, 64 * 5, "sized for 64 rows");
-        assert_eq!(Sketch::new(300).sample, 300 * 7);
-        assert_eq!(Sketch::new(625).sample, 625 * 15);
-        assert_eq!(Sketch::new(6_250).sample, 6_250 * 15);
     }
 
     #[test]
