@@ -36,8 +36,10 @@
 //!   frequency learnt on the old set misleads).
 //!
 //! 2M reads per trace (a tenth when `cargo test --benches` runs it once).
-//! `HIT_RATIO_CAPACITIES=1000,10000` picks capacities, `HIT_RATIO_ONLY=echo`
-//! runs echo-cache and Belady's bound alone (for tuning).
+//! `HIT_RATIO_CAPACITIES=1000,10000` picks capacities,
+//! `HIT_RATIO_FAMILIES=moving,zipf 0.8` families (by name, as printed),
+//! `HIT_RATIO_ONLY=echo` runs echo-cache and Belady's bound alone (for
+//! tuning).
 //!
 //! # libCacheSim beside them
 //!
@@ -361,6 +363,9 @@ fn main() {
                 .collect()
         },
     );
+    let families: Option<Vec<String>> = std::env::var("HIT_RATIO_FAMILIES")
+        .ok()
+        .map(|list| list.split(',').map(|f| f.trim().to_owned()).collect());
     let peers = std::env::var("HIT_RATIO_ONLY").map_or(true, |only| only != "echo");
     let traces_dir = std::env::var_os("HIT_RATIO_TRACES").map(std::path::PathBuf::from);
     if let Some(dir) = &traces_dir {
@@ -388,6 +393,12 @@ fn main() {
     let mut met = Vec::new();
     for &capacity in &capacities {
         for (name, trace) in traces(capacity, reads) {
+            if families
+                .as_ref()
+                .is_some_and(|f| !f.iter().any(|f| f == name))
+            {
+                continue;
+            }
             let next = next_reads(&trace);
             let bound = belady(&trace, &next, capacity);
             if let Some(dir) = &traces_dir {
