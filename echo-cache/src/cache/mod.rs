@@ -18,6 +18,7 @@ pub use ops::TableOps;
 
 use std::any::TypeId;
 use std::future::Future;
+use std::hash::{Hash, Hasher};
 use std::ptr::NonNull;
 use std::sync::Arc;
 use std::sync::mpsc::{self};
@@ -118,12 +119,40 @@ struct Place {
     /// the vtable lookup `Arc::as_ptr` of a `dyn` needs (one load fewer on
     /// every fetch). Dangling in a closed place.
     table: NonNull<()>,
-    /// The `TypeId` of that `Table<T>`; of [`Closed`] in a closed place,
-    /// which no `Table<T>` matches.
-    type_id: TypeId,
+    /// The [`type_tag`] of that `Table<T>`; of [`Closed`] in a closed
+    /// place, which no `Table<T>` matches.
+    type_tag: u64,
     /// The same table, for the paths that do not know `T`; it keeps the
     /// table alive. `None`: the cache left it closed ([`Builder::open`]).
     erased: Option<Arc<dyn AnyTable>>,
+}
+
+/// 64 of a `TypeId`'s 128 bits (those its `Hash` writes), what a fetch
+/// compares to find its table open and of its type: one immediate
+/// compare, not two (2 instructions a hit, `scripts/instructions`). Two
+/// types share a tag with odds of 2^-64, as every `TypeId` did before Rust
+/// 1.72; and only a hand-written `Cached` impl, naming another type's
+/// declaration, could make a fetch meet another type's table.
+#[inline]
+fn type_tag(id: TypeId) -> u64 {
+    /// Keeps the last word written: `TypeId` writes one `u64`.
+    struct Last(u64);
+    impl Hasher for Last {
+        fn finish(&self) -> u64 {
+            self.0
+        }
+        fn write(&mut self, bytes: &[u8]) {
+            for &byte in bytes {
+                self.0 = self.0.rotate_left(8) ^ u64::from(byte);
+            }
+        }
+        fn write_u64(&mut self, word: u64) {
+            self.0 = word;
+        }
+    }
+    let mut last = Last(0);
+    id.hash(&mut last);
+    last.finish()
 }
 
 /// What a closed place's `TypeId` is of.
@@ -133,7 +162,7 @@ impl Place {
     fn open(erased: Arc<dyn AnyTable>) -> Place {
         let typed = Arc::clone(&erased).into_any();
         Place {
-            type_id: (*typed).type_id(),
+            type_tag: type_tag((*typed).type_id()),
             table: NonNull::from(&*typed).cast(),
             erased: Some(erased),
         }
@@ -142,7 +171,7 @@ impl Place {
     fn closed() -> Place {
         Place {
             table: NonNull::dangling(),
-            type_id: TypeId::of::<Closed>(),
+            type_tag: type_tag(TypeId::of::<Closed>()),
             erased: None,
         }
     }
@@ -555,7 +584,7 @@ impl Cache {
     #[inline]
     pub(crate) fn table<T: Cached>(&self) -> &Table<T> {
         let place = self.place::<T>();
-        if place.type_id != TypeId::of::<Table<T>>() {
+        if place.type_tag != type_tag(TypeId::of::<Table<T>>()) {
             closed(T::__spec());
         }
         let table = place.table.cast::<Table<T>>();
