@@ -12,8 +12,8 @@
 use std::convert::Infallible;
 use std::time::Duration;
 
-use echo_cache::{Cache, Cached, Error, Fetched, Herd, Id, Source, keyspace, near_cache};
-use echo_cache_testkit::RedisServer;
+use echo_cache::{Builder, Cache, Cached, Error, Fetched, Herd, Id, Source, keyspace, near_cache};
+use echo_cache_testkit::{RedisCluster, RedisServer};
 
 use crate::common::{Calls, Gate, bounded, eventually, query};
 
@@ -72,15 +72,46 @@ impl Record {
     }
 }
 
-/// A node of `server` whose loaders read `record`, with flights of
+/// Where the nodes' L2 is.
+#[derive(Clone, Copy)]
+enum L2<'a> {
+    Server(&'a RedisServer),
+    Cluster(&'a RedisCluster),
+}
+
+impl L2<'_> {
+    fn builder(self) -> Builder {
+        let builder = Cache::builder()
+            .open::<Game>()
+            .open::<Spot>()
+            .open::<Rule>();
+        match self {
+            L2::Server(server) => builder.l2(server.url()),
+            L2::Cluster(cluster) => builder.l2_cluster(cluster.urls()),
+        }
+    }
+
+    /// How many clients the servers hold blocked (the nodes waiting for a
+    /// lease's release).
+    async fn blocked(self) -> usize {
+        match self {
+            L2::Server(server) => blocked(server).await,
+            L2::Cluster(cluster) => {
+                let mut sum = 0;
+                for master in cluster.masters() {
+                    sum += blocked(master).await;
+                }
+                sum
+            }
+        }
+    }
+}
+
+/// A node of `l2` whose loaders read `record`, with flights of
 /// `load_timeout` (its leases last half of it).
-fn node(server: &RedisServer, record: &Record, load_timeout: Duration) -> Cache {
+fn node(l2: L2<'_>, record: &Record, load_timeout: Duration) -> Cache {
     let (game, spot, rule) = (record.clone(), record.clone(), record.clone());
-    Cache::builder()
-        .open::<Game>()
-        .open::<Spot>()
-        .open::<Rule>()
-        .l2(server.url())
+    l2.builder()
         .l2_timeout(Duration::from_secs(2))
         .load_timeout(load_timeout)
         .fetch_timeout(None)
@@ -112,9 +143,9 @@ fn node(server: &RedisServer, record: &Record, load_timeout: Duration) -> Cache 
         .expect("cache builds")
 }
 
-fn nodes(server: &RedisServer, record: &Record) -> Vec<Cache> {
+fn nodes(l2: L2<'_>, record: &Record) -> Vec<Cache> {
     (0..NODES)
-        .map(|_| node(server, record, Duration::from_secs(30)))
+        .map(|_| node(l2, record, Duration::from_secs(30)))
         .collect()
 }
 
@@ -141,8 +172,7 @@ async fn answers<T>(callers: Vec<Answer<T>>) -> Vec<Fetched<T>> {
     answers
 }
 
-/// How many clients the server holds blocked (the nodes waiting for a
-/// lease's release).
+/// How many clients `server` holds blocked.
 async fn blocked(server: &RedisServer) -> usize {
     let mut connection = server
         .client()
@@ -160,23 +190,22 @@ async fn blocked(server: &RedisServer) -> usize {
 }
 
 /// Waits until `n` nodes wait for a lease, each blocked on its wake list.
-async fn until_waiting(server: &RedisServer, n: usize) {
+async fn until_waiting(l2: L2<'_>, n: usize) {
     eventually("the other nodes to wait for the lease", async || {
-        blocked(server).await == n
+        l2.blocked().await == n
     })
     .await;
 }
 
 /// Every node's herd on one cold id of `T`: one loader call, whose value
 /// (`rev` 0) answers every caller.
-async fn one_load_per_fleet<T: Cached>(rev: fn(&T) -> u64) {
-    let server = RedisServer::start();
+async fn one_load_per_fleet<T: Cached>(l2: L2<'_>, rev: fn(&T) -> u64) {
     let record = Record::new();
-    let nodes = nodes(&server, &record);
+    let nodes = nodes(l2, &record);
     let id = Id::<T>::mint();
 
     let callers = herd(&nodes, id);
-    until_waiting(&server, NODES - 1).await;
+    until_waiting(l2, NODES - 1).await;
     assert_eq!(record.calls.get(), 1, "one node loads, the others wait");
     record.gate.open();
 
@@ -197,12 +226,21 @@ async fn one_load_per_fleet<T: Cached>(rev: fn(&T) -> u64) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_herd_of_every_node_on_one_cold_id_loads_once() {
     assert_eq!(Game::spec().herd(), Herd::Fleet);
-    one_load_per_fleet::<Game>(|g| g.rev).await;
+    let server = RedisServer::start();
+    one_load_per_fleet::<Game>(L2::Server(&server), |g| g.rev).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_spread_table_leases_on_the_ids_slot_and_loads_once() {
-    one_load_per_fleet::<Spot>(|s| s.rev).await;
+    let server = RedisServer::start();
+    one_load_per_fleet::<Spot>(L2::Server(&server), |s| s.rev).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_herd_on_a_cluster_loads_once_in_either_placement() {
+    let cluster = RedisCluster::start(3, 0);
+    one_load_per_fleet::<Game>(L2::Cluster(&cluster), |g| g.rev).await;
+    one_load_per_fleet::<Spot>(L2::Cluster(&cluster), |s| s.rev).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -210,7 +248,7 @@ async fn a_node_herd_loads_once_per_node_and_takes_no_lease() {
     assert_eq!(Rule::spec().herd(), Herd::Node);
     let server = RedisServer::start();
     let record = Record::new();
-    let nodes = nodes(&server, &record);
+    let nodes = nodes(L2::Server(&server), &record);
     let id = Id::<Rule>::mint();
 
     let callers = herd(&nodes, id);
@@ -234,7 +272,7 @@ async fn a_lease_whose_holder_is_gone_lets_the_next_node_load() {
     let server = RedisServer::start();
     let record = Record::new();
     record.gate.open();
-    let waiter = node(&server, &record, Duration::from_secs(30));
+    let waiter = node(L2::Server(&server), &record, Duration::from_secs(30));
     let id = Id::<Game>::mint();
     // A node took the lease (for 2 s) and died: nobody releases it.
     let mut connection = server
@@ -255,7 +293,7 @@ async fn a_lease_whose_holder_is_gone_lets_the_next_node_load() {
         let waiter = waiter.clone();
         async move { waiter.fetch(id).await }
     });
-    until_waiting(&server, 1).await;
+    until_waiting(L2::Server(&server), 1).await;
     assert_eq!(record.calls.get(), 0, "it waits for the holder first");
     let answer = bounded("the waiter's answer", answer).await.unwrap();
 
@@ -271,9 +309,9 @@ async fn an_invalidation_racing_the_lease_never_leaves_the_value_read_before_it(
     let server = RedisServer::start();
     let record = Record::new();
     let (holder, waiter, writer) = (
-        node(&server, &record, Duration::from_secs(30)),
-        node(&server, &record, Duration::from_secs(30)),
-        node(&server, &record, Duration::from_secs(30)),
+        node(L2::Server(&server), &record, Duration::from_secs(30)),
+        node(L2::Server(&server), &record, Duration::from_secs(30)),
+        node(L2::Server(&server), &record, Duration::from_secs(30)),
     );
     let id = Id::<Game>::mint();
 
@@ -286,7 +324,7 @@ async fn an_invalidation_racing_the_lease_never_leaves_the_value_read_before_it(
         let waiter = waiter.clone();
         tokio::spawn(async move { waiter.fetch(id).await })
     };
-    until_waiting(&server, 1).await;
+    until_waiting(L2::Server(&server), 1).await;
     // The write: the record moves on, then the id is invalidated, while
     // the holder's load (of rev 0) is under way.
     record.rev.store(1, std::sync::atomic::Ordering::SeqCst);
