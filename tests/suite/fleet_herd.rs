@@ -35,6 +35,18 @@ struct Spot {
     rev: u64,
 }
 
+#[near_cache(
+    kind = "FHT",
+    ttl_ms = 600_000,
+    name = "fleet_tracked",
+    herd = "fleet",
+    coherence = "tracking"
+)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+struct Tracked {
+    rev: u64,
+}
+
 #[near_cache(kind = "FHN", ttl_ms = 600_000, name = "node_games")]
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 struct Rule {
@@ -84,6 +96,7 @@ impl L2<'_> {
         let builder = Cache::builder()
             .open::<Game>()
             .open::<Spot>()
+            .open::<Tracked>()
             .open::<Rule>();
         match self {
             L2::Server(server) => builder.l2(server.url()),
@@ -111,6 +124,7 @@ impl L2<'_> {
 /// `load_timeout` (its leases last half of it).
 fn node(l2: L2<'_>, record: &Record, load_timeout: Duration) -> Cache {
     let (game, spot, rule) = (record.clone(), record.clone(), record.clone());
+    let tracked = record.clone();
     l2.builder()
         .l2_timeout(Duration::from_secs(2))
         .load_timeout(load_timeout)
@@ -128,6 +142,14 @@ fn node(l2: L2<'_>, record: &Record, load_timeout: Duration) -> Cache {
             async move {
                 Ok::<_, Infallible>(Some(Spot {
                     rev: spot.load().await,
+                }))
+            }
+        })
+        .loader(move |_: Id<Tracked>| {
+            let tracked = tracked.clone();
+            async move {
+                Ok::<_, Infallible>(Some(Tracked {
+                    rev: tracked.load().await,
                 }))
             }
         })
@@ -234,6 +256,28 @@ async fn a_herd_of_every_node_on_one_cold_id_loads_once() {
 async fn a_spread_table_leases_on_the_ids_slot_and_loads_once() {
     let server = RedisServer::start();
     one_load_per_fleet::<Spot>(L2::Server(&server), |s| s.rev).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tracking_table_herds_once_and_its_lease_keys_push_no_row() {
+    let server = RedisServer::start();
+    let record = Record::new();
+    let nodes = nodes(L2::Server(&server), &record);
+    for node in &nodes {
+        bounded("the node to be ready", node.ready()).await;
+    }
+    let id = Id::<Tracked>::mint();
+
+    let callers = herd(&nodes, id);
+    until_waiting(L2::Server(&server), NODES - 1).await;
+    record.gate.open();
+    answers(callers).await;
+
+    assert_eq!(record.calls.get(), 1, "one loader call across the fleet");
+    for node in &nodes {
+        let stats = node.stats::<Tracked>();
+        assert_eq!(stats.malformed_messages, 0, "the lease's pushes are no row");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -25,6 +25,7 @@ use super::{Found, Read, Tier, floor_of};
 use crate::connections::{Lane, Server};
 use crate::entity::mint::Minter;
 use crate::entity::spec::{Cached, Placement};
+use crate::keyspace;
 use crate::l2::script::{READ_OR_LEASE, RELEASE_LEASE};
 use crate::report::stats::Counters;
 
@@ -118,7 +119,7 @@ impl<T: Cached> Tier<T> {
             Placement::Table => [id_key, suffix].concat(),
             Placement::Spread => [b"{", id_key, b"}", suffix].concat(),
         };
-        (key(b":lease"), key(b":wake"))
+        (key(keyspace::LEASE_SUFFIX), key(keyspace::WAKE_SUFFIX))
     }
 
     /// A fleet table's read of `key`: what L2 holds, as [`Tier::read`]
