@@ -21,6 +21,7 @@ pub(crate) fn expand(decl: &Decl, input: &DeriveInput) -> TokenStream {
     let placement = syn::Ident::new(decl.placement, proc_macro2::Span::call_site());
     let eviction = syn::Ident::new(decl.eviction, proc_macro2::Span::call_site());
     let warm = syn::Ident::new(decl.warm, proc_macro2::Span::call_site());
+    let herd = syn::Ident::new(decl.herd, proc_macro2::Span::call_site());
     let jitter = option(decl.jitter.map(|j| quote!(#j)));
     let max_size = option(decl.max_size.map(|m| {
         let m = proc_macro2::Literal::u64_unsuffixed(m);
@@ -71,6 +72,7 @@ pub(crate) fn expand(decl: &Decl, input: &DeriveInput) -> TokenStream {
                         placement: __echo_private::Placement::#placement,
                         eviction: __echo_private::Eviction::#eviction,
                         warm: __echo_private::Warm::#warm,
+                        herd: __echo_private::Herd::#herd,
                         fingerprint: #fingerprint,
                     }
                     .build(),

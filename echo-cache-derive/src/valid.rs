@@ -32,6 +32,10 @@ const EVICTION: &[(&str, &str)] = &[("hot", "Hot"), ("none", "None")];
 /// `echo_cache::Warm` each names (`Off` is the default, not written).
 const WARM: &[(&str, &str)] = &[("ready", "Ready"), ("background", "Background")];
 
+/// The herds: as written in the attribute, and the variant of
+/// `echo_cache::Herd` each names.
+const HERD: &[(&str, &str)] = &[("node", "Node"), ("fleet", "Fleet")];
+
 /// A declaration that passed every check. Optional keys left out are
 /// `None`: the runtime's defaults apply.
 pub(crate) struct Decl {
@@ -50,6 +54,8 @@ pub(crate) struct Decl {
     pub(crate) eviction: &'static str,
     /// The variant of `echo_cache::Warm`.
     pub(crate) warm: &'static str,
+    /// The variant of `echo_cache::Herd`.
+    pub(crate) herd: &'static str,
     pub(crate) jitter: Option<f64>,
     pub(crate) max_size: Option<u64>,
     pub(crate) sweep_ms: Option<u64>,
@@ -122,6 +128,10 @@ pub(crate) fn validate(mut args: Args, input: &DeriveInput) -> Result<Decl, Inva
         Some((at, lit)) => errors.check(at, eviction(lit)),
         None => Some("Hot"),
     };
+    let herd = match args.herd.lit() {
+        Some((at, lit)) => errors.check(at, herd(lit)),
+        None => Some("Node"),
+    };
     let warm = match args.warm.lit() {
         Some((at, lit)) => errors.check(at, warm(lit)),
         None => Some("Off"),
@@ -167,7 +177,7 @@ pub(crate) fn validate(mut args: Args, input: &DeriveInput) -> Result<Decl, Inva
     };
 
     match (
-        kind, ttl_ms, coherence, placement, eviction, warm, name, krate,
+        kind, ttl_ms, coherence, placement, eviction, warm, herd, name, krate,
     ) {
         (
             Some(kind),
@@ -176,6 +186,7 @@ pub(crate) fn validate(mut args: Args, input: &DeriveInput) -> Result<Decl, Inva
             Some(placement),
             Some(eviction),
             Some(warm),
+            Some(herd),
             Some(name),
             Some(krate),
         ) if errors.is_empty() => Ok(Decl {
@@ -187,6 +198,7 @@ pub(crate) fn validate(mut args: Args, input: &DeriveInput) -> Result<Decl, Inva
             placement,
             eviction,
             warm,
+            herd,
             jitter,
             max_size,
             sweep_ms,
@@ -449,6 +461,10 @@ fn placement(lit: &Lit) -> syn::Result<&'static str> {
 
 fn eviction(lit: &Lit) -> syn::Result<&'static str> {
     one_of(lit, "eviction", "eviction policy", "policies", EVICTION)
+}
+
+fn herd(lit: &Lit) -> syn::Result<&'static str> {
+    one_of(lit, "herd", "herd", "herds", HERD)
 }
 
 fn warm(lit: &Lit) -> syn::Result<&'static str> {

@@ -82,6 +82,11 @@ pub fn hot(table: &TableSpec) -> String {
     format!("{}{HOT}", tagged(table))
 }
 
+/// The suffixes of the lease and the wake list of an id of a `herd =
+/// "fleet"` table, beside its frame key (see the wire spec, 6b).
+pub(crate) const LEASE_SUFFIX: &[u8] = b":lease";
+pub(crate) const WAKE_SUFFIX: &[u8] = b":wake";
+
 /// What follows a table's tagged prefix in the key of its hot list.
 pub(crate) const HOT: &str = "hot";
 

@@ -28,7 +28,7 @@ pub use entity::id::{ID_LEN, Id, IdOf, RawId, newer};
 pub use entity::kind::{IdError, Kind};
 pub use entity::limits::Limits;
 pub use entity::mint::{EPOCH_MS, MAX_NODE, Minter};
-pub use entity::spec::{Cached, Coherence, Eviction, Placement, TableSpec, Warm};
+pub use entity::spec::{Cached, Coherence, Eviction, Herd, Placement, TableSpec, Warm};
 pub use error::{BoxError, Error};
 pub use l1::RemovalCause;
 pub use l2::{Codec, Postcard};
@@ -51,8 +51,8 @@ pub mod __private {
     pub use crate::l1::{Listener, listener};
     pub use crate::table::{Declared, Loader, loader};
     pub use crate::{
-        Cache, Cached, Coherence, Error, Eviction, Fetch, Id, IdOf, Kind, Placement, TableSpec,
-        Warm,
+        Cache, Cached, Coherence, Error, Eviction, Fetch, Herd, Id, IdOf, Kind, Placement,
+        TableSpec, Warm,
     };
     pub use linkme;
 }

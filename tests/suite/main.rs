@@ -32,6 +32,7 @@ mod deadline;
 mod entry_ttl;
 mod eviction;
 mod expiry;
+mod fleet_herd;
 mod herd;
 mod ids;
 mod inspect;

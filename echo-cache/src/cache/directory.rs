@@ -9,7 +9,7 @@ use std::sync::OnceLock;
 
 use linkme::distributed_slice;
 
-use crate::entity::spec::{Coherence, Eviction, Placement, TableSpec, Warm};
+use crate::entity::spec::{Coherence, Eviction, Herd, Placement, TableSpec, Warm};
 use crate::error::Error;
 use crate::table::{Declared, Opened, Shared};
 
@@ -68,6 +68,7 @@ pub struct SpecParts {
     pub placement: Placement,
     pub eviction: Eviction,
     pub warm: Warm,
+    pub herd: Herd,
     pub fingerprint: u64,
 }
 
@@ -114,6 +115,7 @@ impl SpecParts {
             placement: self.placement,
             eviction: self.eviction,
             warm: self.warm,
+            herd: self.herd,
             warm_ids: TableSpec::DEFAULT_WARM_IDS,
             fingerprint: self.fingerprint,
         }

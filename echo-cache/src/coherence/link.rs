@@ -369,6 +369,9 @@ fn invalidate_key(routes: &[Route], key: &Value) {
                 _ if id == crate::keyspace::EVERY_ID.as_bytes() => table.flush(),
                 // The fleet's hot list, under the same prefix: no row.
                 _ if id == crate::keyspace::HOT.as_bytes() => {}
+                // A fleet herd's lease and wake list, beside a frame: no row.
+                _ if id.ends_with(crate::keyspace::LEASE_SUFFIX)
+                    || id.ends_with(crate::keyspace::WAKE_SUFFIX) => {}
                 _ => table.malformed(),
             }
             return;

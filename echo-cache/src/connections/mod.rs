@@ -11,6 +11,7 @@
 //! coherence lanes open their own push connections from its client, and
 //! report to it when the server answers them.
 
+mod blocking;
 mod breaker;
 mod client;
 mod lane;
@@ -98,6 +99,8 @@ pub(crate) struct Server {
     link: Arc<LinkConnections>,
     timeout: Duration,
     breaker: Breaker,
+    /// The idle connections of blocking commands.
+    idle: blocking::Idle,
 }
 
 impl Server {
@@ -144,6 +147,7 @@ impl Server {
             link: Arc::default(),
             timeout,
             breaker: Breaker::new(probe_every),
+            idle: blocking::Idle::default(),
         })
     }
 

@@ -369,6 +369,7 @@ mod tests {
             placement: Placement::Spread,
             eviction: Eviction::None,
             warm: crate::entity::spec::Warm::Off,
+            herd: crate::entity::spec::Herd::Node,
             warm_ids: TableSpec::DEFAULT_WARM_IDS,
             fingerprint: 7,
         }

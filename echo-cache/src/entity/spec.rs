@@ -199,6 +199,57 @@ impl fmt::Display for Warm {
     }
 }
 
+/// How many loads a herd of concurrent misses on one id costs: one per
+/// node, or one across the fleet of nodes sharing L2. See
+/// [Herds across the fleet](crate#herds-across-the-fleet).
+///
+/// Declared per table (`herd = "fleet"`; `node` unless declared).
+///
+/// ```standalone_crate
+/// use echo_cache::{near_cache, Cached, Herd};
+///
+/// /// An expensive load: one node loads, the others read its frame.
+/// #[near_cache(kind = "GAM", ttl_ms = 600_000, herd = "fleet")]
+/// #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+/// pub struct Game {}
+///
+/// #[near_cache(kind = "RUL", ttl_ms = 600_000)]
+/// #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+/// pub struct Rule {}
+///
+/// assert_eq!(Game::spec().herd(), Herd::Fleet);
+/// assert_eq!(Rule::spec().herd().as_str(), "node");
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Herd {
+    /// One flight per id on each node: a herd costs a load per node
+    /// (today's behaviour, and no key beside the frame).
+    #[default]
+    Node,
+    /// One load per id across the nodes sharing L2: a miss that finds no
+    /// frame takes a lease on the id in the same round trip as its read;
+    /// the other nodes wait for the holder's frame.
+    Fleet,
+}
+
+impl Herd {
+    /// The name used in the attribute: `node`, `fleet`.
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Herd::Node => "node",
+            Herd::Fleet => "fleet",
+        }
+    }
+}
+
+impl fmt::Display for Herd {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 impl fmt::Display for Eviction {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
@@ -253,6 +304,7 @@ pub struct TableSpec {
     pub(crate) placement: Placement,
     pub(crate) eviction: Eviction,
     pub(crate) warm: Warm,
+    pub(crate) herd: Herd,
     /// How many hot ids the fleet's list keeps, and a starting node warms.
     pub(crate) warm_ids: usize,
     pub(crate) fingerprint: u64,
@@ -405,6 +457,12 @@ impl TableSpec {
     #[must_use]
     pub const fn warm(&self) -> Warm {
         self.warm
+    }
+
+    /// How many loads a herd of misses on one id costs (`herd`).
+    #[must_use]
+    pub const fn herd(&self) -> Herd {
+        self.herd
     }
 
     /// How many hot ids the fleet's list keeps, and a starting node warms

@@ -24,6 +24,7 @@ use std::time::Instant;
 use crate::clock::millis;
 
 pub use codec::{Codec, Postcard};
+pub(crate) use tier::lease::{Lease, Leased};
 pub(crate) use tier::{Found, Tier, Write};
 
 /// A warning logged at most once per interval, with the count it stood for.

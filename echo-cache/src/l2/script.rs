@@ -100,3 +100,58 @@ redis.call('PEXPIRE', key, ARGV[3])
 return redis.call('ZCARD', key)",
     )
 });
+
+/// A `herd = "fleet"` table's read (see [`lease`](super::tier::lease)):
+/// the frame at `KEYS[1]` and the table's floor (`KEYS[4]`, if given), as
+/// `MGET` reads them; and, only if there is no live frame there (no key,
+/// a tombstone, a frame older than the floor), the lease on the id
+/// (`KEYS[2]`): `SET KEYS[2] ARGV[1] NX PX ARGV[2]`. Taking it clears the
+/// id's wake list (`KEYS[3]`), so that a wake left by an earlier holder
+/// does not wake this one's waiters. Returns `{frame, floor, lease}`:
+/// `lease` is 0 (a frame: no lease asked), -1 (taken), or how many ms the
+/// holder's lease has left.
+pub(crate) static READ_OR_LEASE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+local frame = false
+if redis.call('TYPE', KEYS[1])['ok'] == 'string' then
+  frame = redis.call('GET', KEYS[1])
+end
+local floor = false
+if KEYS[4] and redis.call('TYPE', KEYS[4])['ok'] == 'string' then
+  floor = redis.call('GET', KEYS[4])
+end
+local vacant = not frame or #frame == 14
+if frame and floor and #floor >= 14 and string.sub(frame, 4, 14) < string.sub(floor, 4, 14) then
+  vacant = true
+end
+if not vacant then
+  return {frame, floor, 0}
+end
+if redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  redis.call('DEL', KEYS[3])
+  return {frame, floor, -1}
+end
+local left = redis.call('PTTL', KEYS[2])
+if left <= 0 then left = tonumber(ARGV[2]) end
+return {frame, floor, left}",
+    )
+});
+
+/// A lease's end (see [`lease`](super::tier::lease)): if the lease at
+/// `KEYS[1]` is still `ARGV[1]`'s, drops it and wakes the id's waiters:
+/// the wake list (`KEYS[2]`) gets one element, for `ARGV[2]` ms. Waiters
+/// wait on the list with `BLMOVE` from it to itself, which leaves the
+/// element for the next one. A lease that ran out and was taken by
+/// another node is left to it (its waiters wait for its holder). Returns
+/// 1 if it dropped the lease, 0 if not.
+pub(crate) static RELEASE_LEASE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1], KEYS[2])
+redis.call('RPUSH', KEYS[2], '1')
+redis.call('PEXPIRE', KEYS[2], ARGV[2])
+return 1",
+    )
+});

@@ -64,6 +64,7 @@ use crate::report::stats::Counters;
 
 mod batch;
 mod hot;
+pub(crate) mod lease;
 #[cfg(test)]
 pub(crate) use hot::DECAY;
 
@@ -82,6 +83,8 @@ pub(crate) struct Tier<T> {
     grace_ms: u64,
     /// The table's floor key, `<prefix>*` (see the module doc).
     floor_key: Vec<u8>,
+    /// How long a `herd = "fleet"` table's lease lasts (see [`lease`]).
+    lease_ms: u64,
     read_warning: Warning,
     write_warning: Warning,
 }
@@ -151,6 +154,7 @@ impl<T: Cached> Tier<T> {
         spec: &'static TableSpec,
         max_value_bytes: usize,
         tombstone_ttl: Duration,
+        lease: Duration,
     ) -> Tier<T> {
         Tier {
             schema: frame::schema(spec.fingerprint(), traced::<T>(spec), codec.name()),
@@ -163,6 +167,7 @@ impl<T: Cached> Tier<T> {
             spec,
             max_value_bytes,
             tombstone_ttl,
+            lease_ms: u64::try_from(lease.as_millis()).unwrap_or(u64::MAX).max(1),
             read_warning: Warning::new(),
             write_warning: Warning::new(),
         }

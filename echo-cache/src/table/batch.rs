@@ -365,7 +365,8 @@ impl<T: Cached> Table<T> {
             match found.remove(&key) {
                 Some((value, ttl)) => {
                     let deadline = self.deadline(ttl.map_or(u64::MAX, millis));
-                    let filled = self.fill(key, version, value, deadline, over_bad[i], l2_left);
+                    let filled =
+                        self.fill(key, version, value, deadline, over_bad[i], l2_left, None);
                     fills.push(filled.map(move |filled| (i, filled)));
                 }
                 None => {
@@ -394,7 +395,10 @@ impl<T: Cached> Table<T> {
             .collect();
         let mut loads: FuturesUnordered<_> = (answers.iter())
             .map(|(i, key, answer)| {
-                let (i, load) = (*i, self.load(*key, over_bad[*i], l2_left, Some(answer)));
+                let (i, load) = (
+                    *i,
+                    self.load(*key, over_bad[*i], l2_left, Some(answer), None),
+                );
                 AssertUnwindSafe(load)
                     .catch_unwind()
                     .map(move |loaded| (i, loaded))

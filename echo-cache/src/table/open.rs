@@ -147,6 +147,7 @@ pub(crate) fn open<T: Declared>(spec: &'static TableSpec, shared: &Shared) -> Op
             spec,
             shared.max_value_bytes,
             tombstone_ttl,
+            lease(load_timeout),
         )
     });
     let announcer = shared
@@ -191,6 +192,13 @@ pub(crate) fn open<T: Declared>(spec: &'static TableSpec, shared: &Shared) -> Op
 /// as a row filled before the invalidation may still answer, live or
 /// stale: its longest TTL, a flight's deadline (the fill may land after
 /// the invalidation) and the grace.
+/// How long a `herd = "fleet"` table's lease lasts: half its load
+/// deadline, so that a waiter whose holder died still has the other half
+/// to load before its own flight's deadline.
+fn lease(load_timeout: Duration) -> Duration {
+    load_timeout / 2
+}
+
 fn tombstone_ttl(spec: &TableSpec, given: Duration, load_timeout: Duration) -> Duration {
     if spec.coherence != Coherence::None || spec.stale_if_error_ms == 0 {
         return given;

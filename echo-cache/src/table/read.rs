@@ -13,11 +13,11 @@ use super::{Answer, Detachable, Joining, Landing, Leading, Loaded, Miss, Table, 
 use crate::clock::millis;
 use crate::entity::id::{Id, RawId};
 use crate::entity::mint::Minter;
-use crate::entity::spec::{Cached, Coherence};
+use crate::entity::spec::{Cached, Coherence, Herd};
 use crate::error::Error;
 use crate::l1::Live;
 use crate::l1::epoch::{self, Pinned};
-use crate::l2::{Found, Write};
+use crate::l2::{Found, Lease, Leased, Tier, Write};
 use crate::report::stats::Counters;
 use crate::table::fetched::{Fetched, Source};
 use crate::table::flight::Joined;
@@ -254,10 +254,11 @@ impl<T: Cached> Table<T> {
         }
         let mut over_bad = false;
         let mut l2_left = self.l2_timeout();
+        let mut lease = None;
         if let Some(tier) = self.tier.as_ref().filter(|_| !refresh) {
-            let reading = Instant::now();
-            let found = tier.read(key, &self.counters).await;
-            l2_left = l2_left.saturating_sub(reading.elapsed());
+            let (found, leased, spent) = self.read_l2(tier, key).await;
+            l2_left = l2_left.saturating_sub(spent);
+            lease = leased;
             match found {
                 // A frame older than an applied invalidation is stale (its
                 // conditional drop did not reach L2): load instead.
@@ -293,7 +294,7 @@ impl<T: Cached> Table<T> {
             fallback.backoff = true;
             return Err(failed);
         }
-        let load = self.load(key, over_bad, l2_left, Some(aloft.answer));
+        let load = self.load(key, over_bad, l2_left, Some(aloft.answer), lease);
         // A timer only for a table with a soft timeout, and a flight with
         // something to answer at it.
         let Some(soft_at) = aloft.soft_at.filter(|_| fallback.is_some()) else {
@@ -307,6 +308,27 @@ impl<T: Cached> Table<T> {
         }
         self.answer_soft(key, aloft, fallback);
         load.await
+    }
+
+    /// What L2 holds for `key`, how long the read that found it took, and,
+    /// on a `herd = "fleet"` table, the id's lease if this node took it:
+    /// while another node holds it, waits for its release (or its end)
+    /// and reads again.
+    async fn read_l2(&self, tier: &Tier<T>, key: u64) -> (Found<T>, Option<Leased>, Duration) {
+        loop {
+            let reading = Instant::now();
+            if self.spec.herd == Herd::Node {
+                let found = tier.read(key, &self.counters).await;
+                return (found, None, reading.elapsed());
+            }
+            let (found, lease) = tier.read_or_lease(key, &self.counters).await;
+            let spent = reading.elapsed();
+            match lease {
+                Lease::None => return (found, None, spent),
+                Lease::Taken(leased) => return (found, Some(leased), spent),
+                Lease::Held(left) => tier.await_release(key, left).await,
+            }
+        }
     }
 
     /// The soft timeout passed with the loader under way: the fallback
@@ -347,6 +369,7 @@ impl<T: Cached> Table<T> {
         over_bad: bool,
         l2_left: Duration,
         answer: Option<&Arc<Answer<T>>>,
+        lease: Option<Leased>,
     ) -> Result<Loaded<T>, Error> {
         let loader = self.loader.as_ref().ok_or(Error::NoLoader {
             table: self.spec.name,
@@ -367,7 +390,7 @@ impl<T: Cached> Table<T> {
             Ok(Some((value, ttl))) => {
                 let deadline = self.deadline(ttl.map_or(u64::MAX, millis));
                 Ok(self
-                    .fill(key, version, value, deadline, over_bad, l2_left)
+                    .fill(key, version, value, deadline, over_bad, l2_left, lease)
                     .await)
             }
             Ok(None) => Err(self.not_found(key)),
@@ -382,7 +405,9 @@ impl<T: Cached> Table<T> {
     /// `deadline` at most (`u64::MAX`: as the table says): written to L2,
     /// answered as a fill. The answer waits for the write at most `l2_left`
     /// (the flight's L2 time is one L2 timeout, its read's and its write's):
-    /// past that the write goes on as a task of its own.
+    /// past that the write goes on as a task of its own. The lease this
+    /// node holds on `key`, if any, is released once the write is done.
+    #[allow(clippy::too_many_arguments)]
     pub(super) async fn fill(
         &self,
         key: u64,
@@ -391,6 +416,7 @@ impl<T: Cached> Table<T> {
         deadline: u64,
         over_bad: bool,
         l2_left: Duration,
+        lease: Option<Leased>,
     ) -> Loaded<T> {
         let value = Arc::new(value);
         // Not a fill an invalidation applied since it minted overtook (a
@@ -406,6 +432,9 @@ impl<T: Cached> Table<T> {
                 // share it (counted): nothing to deliver later.
                 let written = tier.write(key, &version, &value, ttl_ms, write, &table.counters);
                 let _ = written.await;
+                if let Some(lease) = lease {
+                    lease.release().await;
+                }
             });
             if tokio::time::timeout(l2_left, &mut written).await.is_err() {
                 tokio::spawn(written);

@@ -32,6 +32,7 @@ const fn spec(name: &'static str, kind: &'static str) -> TableSpec {
         placement: crate::entity::spec::Placement::Table,
         eviction: crate::entity::spec::Eviction::Hot,
         warm: crate::entity::spec::Warm::Off,
+        herd: crate::entity::spec::Herd::Node,
         warm_ids: 1_000,
         fingerprint: 0,
     }

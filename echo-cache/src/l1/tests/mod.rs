@@ -36,6 +36,7 @@ fn parts(max_size: usize, eviction: Eviction) -> crate::cache::directory::SpecPa
         placement: crate::entity::spec::Placement::Table,
         eviction,
         warm: crate::entity::spec::Warm::Off,
+        herd: crate::entity::spec::Herd::Node,
         fingerprint: 0,
     }
 }
@@ -315,6 +316,7 @@ fn a_dead_row_stays_for_the_grace_and_no_longer() {
         placement: crate::entity::spec::Placement::Table,
         eviction: Eviction::Hot,
         warm: crate::entity::spec::Warm::Off,
+        herd: crate::entity::spec::Herd::Node,
         fingerprint: 0,
     }
     .build();
