@@ -59,11 +59,13 @@ use crate::connections::{Failure, Lane, Server};
 use crate::entity::id::RawId;
 use crate::entity::mint::Minter;
 use crate::entity::spec::{Cached, Coherence, Placement, TableSpec};
+use crate::entity::tag::Tag;
 use crate::keyspace;
 use crate::report::stats::Counters;
 
 mod batch;
 mod hot;
+mod tag;
 #[cfg(test)]
 pub(crate) use hot::DECAY;
 
@@ -397,7 +399,8 @@ impl<T: Cached> Tier<T> {
         let px = ttl_ms.saturating_add(self.grace_ms).max(1);
         // A fill over a bad frame counted it when it read it.
         let counted = write == (Write::Fill { over_bad: true });
-        self.put_frame(key, &frame, px, how, counted, counters)
+        let tag = if T::__TAGGED { value.__tag() } else { None };
+        self.put_frame(key, &frame, px, how, counted, counters, tag)
             .await
     }
 
@@ -411,7 +414,7 @@ impl<T: Cached> Tier<T> {
     ) -> Result<(), Failure> {
         let tombstone = version.to_bytes();
         let ttl_ms = self.tombstone_ttl_ms();
-        self.put_frame(key, &tombstone, ttl_ms, How::Versioned, false, counters)
+        self.put_frame(key, &tombstone, ttl_ms, How::Versioned, false, counters, None)
             .await
     }
 
@@ -512,8 +515,10 @@ impl<T: Cached> Tier<T> {
         }
     }
 
-    /// Writes `frame` as `how` says. A key of another type that it replaces
-    /// is counted as a bad frame, unless `counted` already.
+    /// Writes `frame` (of `tag`, if it has one) as `how` says. A key of
+    /// another type that it replaces is counted as a bad frame, unless
+    /// `counted` already.
+    #[expect(clippy::too_many_arguments, reason = "the parts of one write")]
     async fn put_frame(
         &self,
         key: u64,
@@ -522,6 +527,7 @@ impl<T: Cached> Tier<T> {
         how: How,
         counted: bool,
         counters: &Counters,
+        tag: Option<Tag>,
     ) -> Result<(), Failure> {
         // A tombstone is a bare version.
         let op = if frame.len() == crate::entity::id::ID_LEN {
@@ -530,7 +536,7 @@ impl<T: Cached> Tier<T> {
             "write"
         };
         let span = self.span(op, key);
-        let written = (self.put_frame_in(key, frame, ttl_ms, how, counted, counters))
+        let written = (self.put_frame_in(key, frame, ttl_ms, how, counted, counters, tag))
             .instrument(span.clone())
             .await;
         if let Err(failure) = &written {
@@ -541,6 +547,7 @@ impl<T: Cached> Tier<T> {
         written
     }
 
+    #[expect(clippy::too_many_arguments, reason = "the parts of one write")]
     async fn put_frame_in(
         &self,
         key: u64,
@@ -549,11 +556,11 @@ impl<T: Cached> Tier<T> {
         how: How,
         counted: bool,
         counters: &Counters,
+        tag: Option<Tag>,
     ) -> Result<(), Failure> {
-        let id_key = self.key(key);
         let written = match how {
-            How::Versioned => self.write_if_newer(&id_key, frame, ttl_ms).await,
-            How::Vacant => self.write_if_vacant(&id_key, frame, ttl_ms).await,
+            How::Versioned => self.write_if_newer(key, frame, ttl_ms, tag).await,
+            How::Vacant => self.write_if_vacant(key, frame, ttl_ms, tag).await,
         };
         match &written {
             Ok(true) if !counted => self.bad_frame(key, "a key of another type", counters),
@@ -563,25 +570,32 @@ impl<T: Cached> Tier<T> {
         written.map(drop)
     }
 
-    /// [`WRITE_IF_NEWER`]; whether it replaced a key of another type.
+    /// [`WRITE_IF_NEWER`] of `key` (with its tag's keys, if it has one);
+    /// whether it replaced a key of another type.
     async fn write_if_newer(
         &self,
-        id_key: &[u8],
+        key: u64,
         frame: &[u8],
         ttl_ms: u64,
+        tag: Option<Tag>,
     ) -> Result<bool, Failure> {
+        let id_key = self.key(key);
         let ttl = ttl_ms.to_string();
-        let args = [frame, ttl.as_bytes()];
-        let lane = self.lane(id_key);
-        let with_floor = [id_key, &self.floor_key];
-        let keys = if self.floored() {
-            &with_floor[..]
-        } else {
-            &with_floor[..1]
-        };
+        let id = RawId::new(T::KIND, key).to_bytes();
+        let mut args = vec![frame, ttl.as_bytes()];
+        let lane = self.lane(&id_key);
+        let mut keys = vec![id_key.as_slice()];
+        if self.floored() {
+            keys.push(&self.floor_key);
+        }
+        let tag_keys = tag.map(|tag| self.tag_keys(tag));
+        if let Some(tag_keys) = &tag_keys {
+            keys.extend([tag_keys.floor.as_slice(), tag_keys.members.as_slice()]);
+            args.push(&id);
+        }
         (self
             .server
-            .eval::<i64>(lane, &WRITE_IF_NEWER, keys, &args)
+            .eval::<i64>(lane, &WRITE_IF_NEWER, &keys, &args)
             .await)
             .map(|written| written == 2)
     }
@@ -592,10 +606,12 @@ impl<T: Cached> Tier<T> {
     /// was.
     async fn write_if_vacant(
         &self,
-        id_key: &[u8],
+        key: u64,
         frame: &[u8],
         ttl_ms: u64,
+        tag: Option<Tag>,
     ) -> Result<bool, Failure> {
+        let id_key = &self.key(key)[..];
         let lane = self.lane(id_key);
         let mut set = Cmd::new();
         set.arg("SET")
@@ -605,6 +621,11 @@ impl<T: Cached> Tier<T> {
             .arg(ttl_ms)
             .arg("NX");
         if self.server.query::<redis::Value>(lane, set).await? != redis::Value::Nil {
+            if let Some(tag) = tag {
+                let version = RawId::parse(&frame[..crate::entity::id::ID_LEN])
+                    .expect("a frame starts with its version");
+                self.mark_tag(key, tag, &version, ttl_ms).await?;
+            }
             return Ok(false);
         }
         let kind = Cmd::new().arg("TYPE").arg(id_key).clone();
@@ -613,7 +634,7 @@ impl<T: Cached> Tier<T> {
             // Another fill or a write got there first: theirs stands.
             return Ok(false);
         }
-        self.write_if_newer(id_key, frame, ttl_ms).await
+        self.write_if_newer(key, frame, ttl_ms, tag).await
     }
 
     pub(crate) fn tombstone_ttl_ms(&self) -> u64 {
