@@ -73,6 +73,7 @@ mod land;
 mod loader;
 mod open;
 mod read;
+mod tag;
 pub(crate) mod stale;
 pub(crate) mod token;
 mod trust;
