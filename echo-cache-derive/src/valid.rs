@@ -118,7 +118,10 @@ pub(crate) fn validate(mut args: Args, input: &DeriveInput) -> Result<Decl, Inva
         None => Some("None"),
     };
     let placement = match args.placement.lit() {
-        Some((at, lit)) => errors.check(at, placement(lit).and_then(|p| tag_placement(lit, p, tag.is_some()))),
+        Some((at, lit)) => errors.check(
+            at,
+            placement(lit).and_then(|p| tag_placement(lit, p, tag.is_some())),
+        ),
         None => Some("Table"),
     };
     let eviction = match args.eviction.lit() {

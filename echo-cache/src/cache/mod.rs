@@ -491,7 +491,9 @@ impl Cache {
     /// delivered once it is back.
     pub async fn invalidate_tag<T: Cached>(&self, tag: impl Into<Tag>) -> Result<RawId, Error> {
         let version = Minter::global().mint_raw(T::KIND);
-        self.table::<T>().invalidate_tag(tag.into(), &version).await?;
+        self.table::<T>()
+            .invalidate_tag(tag.into(), &version)
+            .await?;
         Ok(version)
     }
 

@@ -63,7 +63,8 @@ pub(crate) fn decode(message: &[u8], kind: Kind) -> Option<Message> {
     let version = RawId::parse(&message[ID_LEN + 1..]).ok()?.payload();
     if message[ID_LEN] == b'#' {
         let tag = Tag::parse(&message[3..ID_LEN])?;
-        return (message[..3] == *kind.as_str().as_bytes()).then_some(Message::Tag { tag, version });
+        return (message[..3] == *kind.as_str().as_bytes())
+            .then_some(Message::Tag { tag, version });
     }
     if message[..3] == *kind.as_str().as_bytes() && message[3..ID_LEN] == EVERY_ID {
         return Some(Message::Flush { version });

@@ -414,8 +414,16 @@ impl<T: Cached> Tier<T> {
     ) -> Result<(), Failure> {
         let tombstone = version.to_bytes();
         let ttl_ms = self.tombstone_ttl_ms();
-        self.put_frame(key, &tombstone, ttl_ms, How::Versioned, false, counters, None)
-            .await
+        self.put_frame(
+            key,
+            &tombstone,
+            ttl_ms,
+            How::Versioned,
+            false,
+            counters,
+            None,
+        )
+        .await
     }
 
     /// A table-wide invalidation at `version`: no frame of the table older

@@ -138,7 +138,11 @@ impl<W> Flights<W> {
     /// each shard's lock taken and released in turn, no flight detached.
     pub(crate) fn settle(&self) {
         for shard in &self.shards {
-            drop(shard.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+            drop(
+                shard
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner),
+            );
         }
     }
 

@@ -202,7 +202,10 @@ impl<T: Cached> Table<T> {
 
     /// What a write answers once its announcement was `sent` (or not): an
     /// error only for a `durable` table, whose writes promise it.
-    pub(super) fn delivery(&self, sent: Result<(), crate::connections::Failure>) -> Result<(), Error> {
+    pub(super) fn delivery(
+        &self,
+        sent: Result<(), crate::connections::Failure>,
+    ) -> Result<(), Error> {
         match (self.spec.coherence, sent) {
             (_, Ok(())) => Ok(()),
             (Coherence::Durable, Err(failure)) => Err(Error::NotDelivered {

@@ -20,12 +20,12 @@
 use redis::Cmd;
 
 use super::Tier;
+use crate::connections::Failure;
 use crate::entity::id::RawId;
 use crate::entity::spec::Cached;
 use crate::entity::tag::Tag;
 use crate::keyspace;
 use crate::l2::script::{DROP_OLDER, MARK_TAG, WRITE_IF_NEWER};
-use crate::connections::Failure;
 
 /// The most keys one [`DROP_OLDER`] is given.
 const DROP_KEYS: usize = 512;
