@@ -2,7 +2,7 @@
 //!
 //! Nothing is judged here but the syntax: each key is one of the known
 //! keys, appears at most once and is given a literal (a path, for
-//! `loader` and `listener`). Values are judged in `valid`; the loader's
+//! `loader`, `listener` and `tag`). Values are judged in `valid`; the loader's
 //! and the listener's types by the compiler. Every mistake is kept, so one run of the compiler reports them
 //! all.
 
@@ -45,6 +45,11 @@ pub(crate) const KEYS: &[Key] = &[
         name: "listener",
         example: "on_removed",
         meaning: "the function told when a row leaves L1: its id, its value and why",
+    },
+    Key {
+        name: "tag",
+        example: "tournament_of",
+        meaning: "the function that names the group a row belongs to, for `Cache::invalidate_tag`",
     },
     Key {
         name: "coherence",
@@ -156,7 +161,7 @@ pub(crate) enum Value {
     Unreadable,
     /// The key's literal, and its entry's place in the list.
     Lit(At, Lit),
-    /// The key's path: `loader` and `listener` take one.
+    /// The key's path: `loader`, `listener` and `tag` take one.
     Path(syn::ExprPath),
 }
 
@@ -185,6 +190,7 @@ pub(crate) struct Args {
     pub(crate) ttl_ms: Value,
     pub(crate) loader: Value,
     pub(crate) listener: Value,
+    pub(crate) tag: Value,
     pub(crate) coherence: Value,
     pub(crate) placement: Value,
     pub(crate) eviction: Value,
@@ -219,6 +225,7 @@ impl Args {
             "ttl_ms" => &mut self.ttl_ms,
             "loader" => &mut self.loader,
             "listener" => &mut self.listener,
+            "tag" => &mut self.tag,
             "coherence" => &mut self.coherence,
             "placement" => &mut self.placement,
             "eviction" => &mut self.eviction,
@@ -248,6 +255,7 @@ pub(crate) fn parse(tokens: TokenStream) -> Args {
         ttl_ms: Value::Absent,
         loader: Value::Absent,
         listener: Value::Absent,
+        tag: Value::Absent,
         coherence: Value::Absent,
         placement: Value::Absent,
         eviction: Value::Absent,
@@ -335,7 +343,7 @@ fn set(
             format!("`{name}` needs a value, like {}", example(&name)),
         ));
     };
-    *slot = if name == "loader" || name == "listener" {
+    *slot = if matches!(name.as_str(), "loader" | "listener" | "tag") {
         Value::Path(function_path(&name, value)?)
     } else {
         Value::Lit(at, literal(&name, value)?)
@@ -368,7 +376,7 @@ fn unknown(path: &syn::Path, name: &str, names: &[&str], guess: Option<&str>) ->
     )
 }
 
-/// The path `loader` or `listener` (`name`) names: a function, written as
+/// The path `loader`, `listener` or `tag` (`name`) names: a function, written as
 /// it would be called.
 fn function_path(name: &str, value: Expr) -> syn::Result<syn::ExprPath> {
     let value = ungrouped(value);
@@ -388,7 +396,7 @@ fn function_path(name: &str, value: Expr) -> syn::Result<syn::ExprPath> {
              `Builder::loader`",
             example("loader")
         ),
-        Expr::Closure(_) => format!(
+        Expr::Closure(_) if name == "listener" => format!(
             "`{name}` takes the path of a function, not a closure: write the listener \
              as a `fn` and name it, like {}; a listener that needs state goes to \
              `Builder::listener`",

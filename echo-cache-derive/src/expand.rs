@@ -39,6 +39,7 @@ pub(crate) fn expand(decl: &Decl, input: &DeriveInput) -> TokenStream {
     let fetch = fetch(input);
     let loader = decl.loader.as_ref().map(loader);
     let listener = decl.listener.as_ref().map(listener);
+    let tag = decl.tag.as_ref().map(tag);
 
     quote! {
         #input
@@ -84,6 +85,8 @@ pub(crate) fn expand(decl: &Decl, input: &DeriveInput) -> TokenStream {
                 fn __spec() -> &'static __echo_private::TableSpec {
                     __ECHO_DECLARATION.spec()
                 }
+
+                #tag
             }
 
             impl __echo_private::Declared for #ident {
@@ -149,6 +152,21 @@ fn listener(path: &syn::ExprPath) -> TokenStream {
     quote! {
         fn __listener() -> ::core::option::Option<__echo_private::Listener<Self>> {
             ::core::option::Option::Some(#erased)
+        }
+    }
+}
+
+/// The `__TAGGED` and `__tag` of the `Cached` impl: the declared tag
+/// function, called on a row's value. One of the wrong type is reported
+/// on its path.
+fn tag(path: &syn::ExprPath) -> TokenStream {
+    let span = Span::call_site().located_at(path.span());
+    let call = quote_spanned!(span=> __echo_private::tag_of::<Self, _>(#path, self));
+    quote! {
+        const __TAGGED: bool = true;
+
+        fn __tag(&self) -> ::core::option::Option<__echo_private::Tag> {
+            #call
         }
     }
 }

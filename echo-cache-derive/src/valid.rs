@@ -46,6 +46,8 @@ pub(crate) struct Decl {
     pub(crate) loader: Option<syn::ExprPath>,
     /// The removal listener's path (`listener = ...`), if declared.
     pub(crate) listener: Option<syn::ExprPath>,
+    /// The function that names a row's tag (`tag = ...`), if declared.
+    pub(crate) tag: Option<syn::ExprPath>,
     /// The variant of `echo_cache::Coherence`.
     pub(crate) coherence: &'static str,
     /// The variant of `echo_cache::Placement`.
@@ -116,12 +118,16 @@ pub(crate) fn validate(mut args: Args, input: &DeriveInput) -> Result<Decl, Inva
         .and_then(|(at, lit)| errors.check(at, positive(lit, "ttl_ms")));
     let loader = args.loader.path().cloned();
     let listener = args.listener.path().cloned();
+    let tag = args.tag.path().cloned();
     let coherence = match args.coherence.lit() {
         Some((at, lit)) => errors.check(at, coherence(lit)),
         None => Some("None"),
     };
     let placement = match args.placement.lit() {
-        Some((at, lit)) => errors.check(at, placement(lit)),
+        Some((at, lit)) => errors.check(
+            at,
+            placement(lit).and_then(|p| tag_placement(lit, p, tag.is_some())),
+        ),
         None => Some("Table"),
     };
     let eviction = match args.eviction.lit() {
@@ -171,7 +177,7 @@ pub(crate) fn validate(mut args: Args, input: &DeriveInput) -> Result<Decl, Inva
     };
     let krate = match &args.krate {
         Value::Lit(at, lit) => errors.check(*at, krate(lit)),
-        // Only `loader` and `listener` are read as paths.
+        // Only `loader`, `listener` and `tag` are read as paths.
         Value::Unreadable | Value::Path(..) => None,
         Value::Absent => Some(syn::parse_quote!(::echo_cache)),
     };
@@ -194,6 +200,7 @@ pub(crate) fn validate(mut args: Args, input: &DeriveInput) -> Result<Decl, Inva
             ttl_ms,
             loader,
             listener,
+            tag,
             coherence,
             placement,
             eviction,
@@ -453,6 +460,19 @@ fn within_life(lit: &Lit, refresh_ms: u64, ttl_ms: u64, jitter: Option<f64>) -> 
 
 fn coherence(lit: &Lit) -> syn::Result<&'static str> {
     one_of(lit, "coherence", "coherence mode", "modes", COHERENCE)
+}
+
+/// A tagged table keeps its keys on one slot: a tag's key in L2 is
+/// written with its rows' (see `l2::tier`).
+fn tag_placement(lit: &Lit, placement: &'static str, tagged: bool) -> syn::Result<&'static str> {
+    if tagged && placement == "Spread" {
+        return Err(syn::Error::new_spanned(
+            lit,
+            "a table with a `tag` keeps its keys on one slot: a tag's key in L2 is written \
+             with its rows'; remove `placement = \"spread\"` or the `tag`",
+        ));
+    }
+    Ok(placement)
 }
 
 fn placement(lit: &Lit) -> syn::Result<&'static str> {

@@ -118,6 +118,23 @@ pub fn node_claim(node: u16) -> String {
 /// the table on every node (no id is `*`).
 pub(crate) const EVERY_ID: &str = "*";
 
+/// What follows a table's prefix in the key of a tag's floor, and its
+/// hashtag in the key of the tag's members (see [`tag_floor`]).
+pub(crate) const TAG: &str = "#";
+
+/// The key of `tag`'s floor in the table of `prefix` (`ecc:{<table>}:`):
+/// `ecc:{<table>}:#<tag>`, under the tracked prefix.
+pub(crate) fn tag_floor(prefix: &str, tag: crate::Tag) -> String {
+    format!("{prefix}{TAG}{tag}")
+}
+
+/// The key of `tag`'s members in the table of `prefix`:
+/// `ecc:{<table>}#<tag>`, on the table's slot but outside its tracked
+/// prefix.
+pub(crate) fn tag_members(prefix: &str, tag: crate::Tag) -> String {
+    format!("{}{TAG}{tag}", prefix.strip_suffix(':').unwrap_or(prefix))
+}
+
 /// The cluster slot of `key`: CRC16 (XMODEM) of its hashtag (or of the
 /// whole key when it has none), modulo 16384, as `CLUSTER KEYSLOT` computes.
 ///

@@ -29,6 +29,7 @@ pub use entity::kind::{IdError, Kind};
 pub use entity::limits::Limits;
 pub use entity::mint::{EPOCH_MS, MAX_NODE, Minter};
 pub use entity::spec::{Cached, Coherence, Eviction, Herd, Placement, TableSpec, Warm};
+pub use entity::tag::{IntoTag, Tag};
 pub use error::{BoxError, Error};
 pub use l1::RemovalCause;
 pub use l2::{Codec, Postcard};
@@ -48,11 +49,12 @@ pub use echo_cache_derive::near_cache;
 #[doc(hidden)]
 pub mod __private {
     pub use crate::cache::directory::{DECLARATIONS, Declaration, SpecParts};
+    pub use crate::entity::tag::tag_of;
     pub use crate::l1::{Listener, listener};
     pub use crate::table::{Declared, Loader, loader};
     pub use crate::{
         Cache, Cached, Coherence, Error, Eviction, Fetch, Herd, Id, IdOf, Kind, Placement,
-        TableSpec, Warm,
+        TableSpec, Tag, Warm,
     };
     pub use linkme;
 }

@@ -48,6 +48,7 @@ mod refresh;
 mod schema;
 mod soft_timeout;
 mod stale;
+mod tags;
 mod tracing;
 mod user_code;
 mod versions;

@@ -30,6 +30,7 @@ use crate::clock::{Clock, millis};
 use crate::entity::id::{IdOf, RawId};
 use crate::entity::mint::Minter;
 use crate::entity::spec::{Cached, TableSpec};
+use crate::entity::tag::Tag;
 use crate::error::Error;
 use crate::report::roster::{Readiness, TableInfo};
 use crate::report::stats::Stats;
@@ -468,6 +469,60 @@ impl Cache {
     pub async fn invalidate_all<T: Cached>(&self) -> Result<RawId, Error> {
         let version = Minter::global().mint_raw(T::KIND);
         self.table::<T>().invalidate_all(&version).await?;
+        Ok(version)
+    }
+
+    /// Invalidates every row of `T`'s table whose value names `tag` (by
+    /// the declared `tag` function) under a version minted now, which it
+    /// returns: [`invalidate_all`](Self::invalidate_all) for one group of
+    /// rows. This node's L1 holds no row of `tag` older than the version
+    /// before it returns, and no fill under way installs one; L2 refuses
+    /// and tombstones every frame of `tag` older than it; the other nodes
+    /// drop their rows of `tag` as the table's coherence mode delivers.
+    /// Newer wins, as for `invalidate_all`. Rows of other tags stay. See
+    /// the crate docs, "Tags", for what it costs.
+    ///
+    /// ```standalone_crate
+    /// use echo_cache::{near_cache, Cache, Id, Tag};
+    ///
+    /// #[near_cache(kind = "GAM", ttl_ms = 600_000, tag = Game::tournament)]
+    /// #[derive(serde::Serialize, serde::Deserialize)]
+    /// struct Game { tournament: u64 }
+    ///
+    /// impl Game {
+    ///     fn tournament(&self) -> u64 {
+    ///         self.tournament
+    ///     }
+    /// }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), echo_cache::Error> {
+    /// let cache = Cache::builder()
+    ///     .loader(|id: Id<Game>| async move {
+    ///         Ok::<_, std::io::Error>(Some(Game { tournament: id.payload() % 2 }))
+    ///     })
+    ///     .build()?;
+    /// let (even, odd) = (Id::<Game>::from_payload(2), Id::<Game>::from_payload(3));
+    /// cache.fetch(even).await?;
+    /// cache.fetch(odd).await?;
+    /// cache.invalidate_tag::<Game>(Tag::from(0)).await?;
+    /// assert_eq!(cache.stats::<Game>().size, 1, "the odd game stays");
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`invalidate_all`](Self::invalidate_all): [`Error::NotDelivered`]
+    /// if the table is `durable` and the invalidation could not be
+    /// recorded for the other nodes. A server away is no error: the
+    /// invalidation is kept, as a table-wide one at the same version, and
+    /// delivered once it is back.
+    pub async fn invalidate_tag<T: Cached>(&self, tag: impl Into<Tag>) -> Result<RawId, Error> {
+        let version = Minter::global().mint_raw(T::KIND);
+        self.table::<T>()
+            .invalidate_tag(tag.into(), &version)
+            .await?;
         Ok(version)
     }
 

@@ -12,6 +12,7 @@ use super::message;
 use crate::connections::{Failure, Lane, Server};
 use crate::entity::id::RawId;
 use crate::entity::spec::{Coherence, TableSpec};
+use crate::entity::tag::Tag;
 use crate::keyspace;
 
 /// Messages kept in a durable table's stream (approximately: `MAXLEN ~`).
@@ -40,6 +41,13 @@ impl Announcer {
     /// table's floor was pushed).
     pub(crate) async fn flush(&self, version: &RawId) -> Result<(), Failure> {
         self.send(&message::encode_flush(version)).await
+    }
+
+    /// Tells the other nodes that every row of `tag` older than `version`
+    /// is stale (`tracking`: nothing to send, the write of the tag's floor
+    /// was pushed).
+    pub(crate) async fn tag(&self, tag: Tag, version: &RawId) -> Result<(), Failure> {
+        self.send(&message::encode_tag(tag, version)).await
     }
 
     /// Sends `message` on the table's channel or stream, if it has one.

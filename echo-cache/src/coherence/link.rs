@@ -367,6 +367,13 @@ fn invalidate_key(routes: &[Route], key: &Value) {
                 Ok(id) if id.kind() == table.spec().kind() => table.apply(id.payload(), None),
                 // A writer's table-wide flush (see `backlog`).
                 _ if id == crate::keyspace::EVERY_ID.as_bytes() => table.flush(),
+                // A tag's floor (see `l2::tier::tag`): its invalidation.
+                _ if let Some(tag) = id
+                    .strip_prefix(crate::keyspace::TAG.as_bytes())
+                    .and_then(crate::entity::tag::Tag::parse) =>
+                {
+                    table.drop_tag(tag, None);
+                }
                 // The fleet's hot list, under the same prefix: no row.
                 _ if id == crate::keyspace::HOT.as_bytes() => {}
                 // A fleet herd's lease and wake list, beside a frame: no row.

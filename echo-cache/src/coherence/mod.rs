@@ -138,6 +138,9 @@ pub(crate) trait Target: Send + Sync {
         let _ = version;
         self.flush();
     }
+    /// Applies an invalidation of every row of `tag` (at `version`, if it
+    /// has one: newer-wins).
+    fn drop_tag(&self, tag: crate::entity::tag::Tag, version: Option<u64>);
     /// Applies an invalidation of `key` (at `version`, if it has one).
     fn apply(&self, key: u64, version: Option<u64>);
     /// The invalidation channel is lost: flush and bypass L1.
@@ -155,6 +158,7 @@ pub(crate) trait Target: Send + Sync {
         match message {
             Some(Message::Row { key, version }) => self.apply(key, Some(version)),
             Some(Message::Flush { version }) => self.flush_at(version),
+            Some(Message::Tag { tag, version }) => self.drop_tag(tag, Some(version)),
             None => self.malformed(),
         }
     }

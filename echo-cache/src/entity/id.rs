@@ -30,7 +30,7 @@ pub const ID_LEN: usize = 14;
 const DIGITS: &[u8; 62] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
 
 /// Encodes a payload as 11 base62 digits, most significant first.
-fn encode_payload(mut payload: u64, out: &mut [u8]) {
+pub(crate) fn encode_payload(mut payload: u64, out: &mut [u8]) {
     for slot in out.iter_mut().rev() {
         *slot = DIGITS[(payload % 62) as usize];
         payload /= 62;
@@ -47,7 +47,7 @@ fn digit_value(byte: u8) -> Option<u64> {
     Some(u64::from(value))
 }
 
-fn decode_payload(digits: &[u8]) -> Result<u64, IdError> {
+pub(crate) fn decode_payload(digits: &[u8]) -> Result<u64, IdError> {
     digits.iter().try_fold(0u64, |acc, &byte| {
         let digit = digit_value(byte).ok_or(shape("a payload digit is one of 0-9, A-Z, a-z"))?;
         acc.checked_mul(62)

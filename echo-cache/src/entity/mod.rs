@@ -9,3 +9,4 @@ pub(crate) mod kind;
 pub(crate) mod limits;
 pub(crate) mod mint;
 pub(crate) mod spec;
+pub(crate) mod tag;

@@ -508,4 +508,15 @@ pub trait Cached: Serialize + DeserializeOwned + Send + Sync + 'static {
     fn spec() -> &'static TableSpec {
         Self::__spec()
     }
+
+    /// Whether the declaration names a `tag` function.
+    #[doc(hidden)]
+    const __TAGGED: bool = false;
+
+    /// The tag of `self` by the declared `tag` function (none without one).
+    #[doc(hidden)]
+    #[must_use]
+    fn __tag(&self) -> Option<crate::entity::tag::Tag> {
+        None
+    }
 }

@@ -35,21 +35,51 @@ end
 /// invalidation, nor lands under the floor of a newer table-wide one, and a
 /// late or repeated invalidation never erases a newer row. The floor itself
 /// is written by this script too (`KEYS[1]` the floor key, one key): it
-/// never goes back. Returns 1 if written, 0 if not, 2 if written over a key
-/// of another type.
+/// never goes back. A frame of a tag comes with its id in `ARGV[3]` and
+/// the tag's floor and members as the last two keys: it is not written
+/// under the tag's floor either, and once written its id is a member
+/// (which lives at least as long as the frame). Returns 1 if written, 0 if
+/// not, 2 if written over a key of another type.
 pub(crate) static WRITE_IF_NEWER: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         "{CURRENT_VERSION}
 local current, other = current_version(KEYS[1])
 local version = string.sub(ARGV[1], 4, 14)
 if current and current >= version then return 0 end
-if KEYS[2] then
-  local floor = current_version(KEYS[2])
+local floors = #KEYS
+if ARGV[3] then floors = #KEYS - 1 end
+for i = 2, floors do
+  local floor = current_version(KEYS[i])
   if floor and floor >= version then return 0 end
 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+if ARGV[3] then
+  local members = KEYS[#KEYS]
+  redis.call('SADD', members, ARGV[3])
+  if redis.call('PTTL', members) < tonumber(ARGV[2]) then
+    redis.call('PEXPIRE', members, ARGV[2])
+  end
+end
 if other then return 2 end
 return 1"
+    ))
+});
+
+/// Adds `ARGV[1]` (an id) to a tag's members (`KEYS[1]`), which then live
+/// at least `ARGV[2]` ms more, and returns the tag's floor (`KEYS[2]`) if
+/// it is as new as `ARGV[3]` (a version), else `nil`: a `tracking` fill's
+/// step after its `SET NX`, which tombstones its frame if the floor is
+/// returned.
+pub(crate) static MARK_TAG: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&format!(
+        "{CURRENT_VERSION}
+redis.call('SADD', KEYS[1], ARGV[1])
+if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+local floor = current_version(KEYS[2])
+if floor and floor >= string.sub(ARGV[3], 4, 14) then return redis.call('GET', KEYS[2]) end
+return false"
     ))
 });
 

@@ -59,12 +59,14 @@ use crate::connections::{Failure, Lane, Server};
 use crate::entity::id::RawId;
 use crate::entity::mint::Minter;
 use crate::entity::spec::{Cached, Coherence, Placement, TableSpec};
+use crate::entity::tag::Tag;
 use crate::keyspace;
 use crate::report::stats::Counters;
 
 mod batch;
 mod hot;
 pub(crate) mod lease;
+mod tag;
 #[cfg(test)]
 pub(crate) use hot::DECAY;
 
@@ -402,7 +404,8 @@ impl<T: Cached> Tier<T> {
         let px = ttl_ms.saturating_add(self.grace_ms).max(1);
         // A fill over a bad frame counted it when it read it.
         let counted = write == (Write::Fill { over_bad: true });
-        self.put_frame(key, &frame, px, how, counted, counters)
+        let tag = if T::__TAGGED { value.__tag() } else { None };
+        self.put_frame(key, &frame, px, how, counted, counters, tag)
             .await
     }
 
@@ -416,8 +419,16 @@ impl<T: Cached> Tier<T> {
     ) -> Result<(), Failure> {
         let tombstone = version.to_bytes();
         let ttl_ms = self.tombstone_ttl_ms();
-        self.put_frame(key, &tombstone, ttl_ms, How::Versioned, false, counters)
-            .await
+        self.put_frame(
+            key,
+            &tombstone,
+            ttl_ms,
+            How::Versioned,
+            false,
+            counters,
+            None,
+        )
+        .await
     }
 
     /// A table-wide invalidation at `version`: no frame of the table older
@@ -517,8 +528,10 @@ impl<T: Cached> Tier<T> {
         }
     }
 
-    /// Writes `frame` as `how` says. A key of another type that it replaces
-    /// is counted as a bad frame, unless `counted` already.
+    /// Writes `frame` (of `tag`, if it has one) as `how` says. A key of
+    /// another type that it replaces is counted as a bad frame, unless
+    /// `counted` already.
+    #[expect(clippy::too_many_arguments, reason = "the parts of one write")]
     async fn put_frame(
         &self,
         key: u64,
@@ -527,6 +540,7 @@ impl<T: Cached> Tier<T> {
         how: How,
         counted: bool,
         counters: &Counters,
+        tag: Option<Tag>,
     ) -> Result<(), Failure> {
         // A tombstone is a bare version.
         let op = if frame.len() == crate::entity::id::ID_LEN {
@@ -535,7 +549,7 @@ impl<T: Cached> Tier<T> {
             "write"
         };
         let span = self.span(op, key);
-        let written = (self.put_frame_in(key, frame, ttl_ms, how, counted, counters))
+        let written = (self.put_frame_in(key, frame, ttl_ms, how, counted, counters, tag))
             .instrument(span.clone())
             .await;
         if let Err(failure) = &written {
@@ -546,6 +560,7 @@ impl<T: Cached> Tier<T> {
         written
     }
 
+    #[expect(clippy::too_many_arguments, reason = "the parts of one write")]
     async fn put_frame_in(
         &self,
         key: u64,
@@ -554,11 +569,11 @@ impl<T: Cached> Tier<T> {
         how: How,
         counted: bool,
         counters: &Counters,
+        tag: Option<Tag>,
     ) -> Result<(), Failure> {
-        let id_key = self.key(key);
         let written = match how {
-            How::Versioned => self.write_if_newer(&id_key, frame, ttl_ms).await,
-            How::Vacant => self.write_if_vacant(&id_key, frame, ttl_ms).await,
+            How::Versioned => self.write_if_newer(key, frame, ttl_ms, tag).await,
+            How::Vacant => self.write_if_vacant(key, frame, ttl_ms, tag).await,
         };
         match &written {
             Ok(true) if !counted => self.bad_frame(key, "a key of another type", counters),
@@ -568,25 +583,32 @@ impl<T: Cached> Tier<T> {
         written.map(drop)
     }
 
-    /// [`WRITE_IF_NEWER`]; whether it replaced a key of another type.
+    /// [`WRITE_IF_NEWER`] of `key` (with its tag's keys, if it has one);
+    /// whether it replaced a key of another type.
     async fn write_if_newer(
         &self,
-        id_key: &[u8],
+        key: u64,
         frame: &[u8],
         ttl_ms: u64,
+        tag: Option<Tag>,
     ) -> Result<bool, Failure> {
+        let id_key = self.key(key);
         let ttl = ttl_ms.to_string();
-        let args = [frame, ttl.as_bytes()];
-        let lane = self.lane(id_key);
-        let with_floor = [id_key, &self.floor_key];
-        let keys = if self.floored() {
-            &with_floor[..]
-        } else {
-            &with_floor[..1]
-        };
+        let id = RawId::new(T::KIND, key).to_bytes();
+        let mut args = vec![frame, ttl.as_bytes()];
+        let lane = self.lane(&id_key);
+        let mut keys = vec![id_key.as_slice()];
+        if self.floored() {
+            keys.push(&self.floor_key);
+        }
+        let tag_keys = tag.map(|tag| self.tag_keys(tag));
+        if let Some(tag_keys) = &tag_keys {
+            keys.extend([tag_keys.floor.as_slice(), tag_keys.members.as_slice()]);
+            args.push(&id);
+        }
         (self
             .server
-            .eval::<i64>(lane, &WRITE_IF_NEWER, keys, &args)
+            .eval::<i64>(lane, &WRITE_IF_NEWER, &keys, &args)
             .await)
             .map(|written| written == 2)
     }
@@ -597,10 +619,12 @@ impl<T: Cached> Tier<T> {
     /// was.
     async fn write_if_vacant(
         &self,
-        id_key: &[u8],
+        key: u64,
         frame: &[u8],
         ttl_ms: u64,
+        tag: Option<Tag>,
     ) -> Result<bool, Failure> {
+        let id_key = &self.key(key)[..];
         let lane = self.lane(id_key);
         let mut set = Cmd::new();
         set.arg("SET")
@@ -610,6 +634,11 @@ impl<T: Cached> Tier<T> {
             .arg(ttl_ms)
             .arg("NX");
         if self.server.query::<redis::Value>(lane, set).await? != redis::Value::Nil {
+            if let Some(tag) = tag {
+                let version = RawId::parse(&frame[..crate::entity::id::ID_LEN])
+                    .expect("a frame starts with its version");
+                self.mark_tag(key, tag, &version, ttl_ms).await?;
+            }
             return Ok(false);
         }
         let kind = Cmd::new().arg("TYPE").arg(id_key).clone();
@@ -618,7 +647,7 @@ impl<T: Cached> Tier<T> {
             // Another fill or a write got there first: theirs stands.
             return Ok(false);
         }
-        self.write_if_newer(id_key, frame, ttl_ms).await
+        self.write_if_newer(key, frame, ttl_ms, tag).await
     }
 
     pub(crate) fn tombstone_ttl_ms(&self) -> u64 {

@@ -67,6 +67,20 @@ fn the_worked_examples_of_the_wire_specification() {
     assert_eq!(&row, b"WIR0IoNiEI1FSa:WIR0IoNiEIRXlK");
     let flush = message::encode_flush(&version);
     assert_eq!(&flush, b"WIR***********:WIR0IoNiEIRXlK");
+    let tag = crate::Tag::from(62);
+    let tagged = message::encode_tag(tag, &version);
+    assert_eq!(&tagged, b"WIR00000000010#WIR0IoNiEIRXlK");
+    let prefix = "ecc:{wire_rows}:";
+    assert_eq!(
+        crate::keyspace::tag_floor(prefix, tag),
+        "ecc:{wire_rows}:#00000000010"
+    );
+    assert_eq!(
+        crate::keyspace::tag_members(prefix, tag),
+        "ecc:{wire_rows}#00000000010"
+    );
+    // A tag's keys share their table's slot (section 2).
+    assert_eq!(crate::keyspace::slot(b"ecc:{wire_rows}#00000000010"), 492);
     assert_eq!(
         crate::keyspace::slot(b"ecc:{wire_rows}:WIR0IoNiEI1FSa"),
         492

@@ -15,6 +15,11 @@
 //!
 //! The floor is one number, never forgotten: a value of any id older than
 //! it is refused.
+//!
+//! A tagged table also remembers, per tag, its newest tag-wide
+//! invalidation (`Cache::invalidate_tag`): a value of that tag older than
+//! it is refused. Forgotten like the ids' after [`RETAIN`]; past that, L2
+//! refuses such a value by itself (the tag's floor, `l2::tier`).
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
@@ -23,6 +28,7 @@ use scc::HashMap;
 
 use crate::clock::millis;
 use crate::entity::mint::{EPOCH_MS, unix_ms_of_payload};
+use crate::entity::tag::Tag;
 
 /// How long an applied version is remembered after it was minted.
 pub(crate) const RETAIN: Duration = Duration::from_secs(60);
@@ -31,6 +37,8 @@ pub(crate) struct Applied {
     newest: HashMap<u64, u64, foldhash::fast::RandomState>,
     /// The newest table-wide invalidation applied (0: none).
     floor: AtomicU64,
+    /// The newest tag-wide invalidation applied, per tag.
+    tags: HashMap<Tag, u64, foldhash::fast::RandomState>,
 }
 
 impl Applied {
@@ -38,23 +46,28 @@ impl Applied {
         Applied {
             newest: HashMap::with_hasher(foldhash::fast::RandomState::default()),
             floor: AtomicU64::new(0),
+            tags: HashMap::with_hasher(foldhash::fast::RandomState::default()),
         }
     }
 
     /// Records an invalidation of `key` at `version`; whether it is newer
     /// than every one applied before (a repeat or a late message is not).
     pub(crate) fn advance(&self, key: u64, version: u64) -> bool {
-        match self.newest.entry_sync(key) {
-            scc::hash_map::Entry::Occupied(newest) if *newest.get() >= version => false,
-            scc::hash_map::Entry::Occupied(mut newest) => {
-                *newest.get_mut() = version;
-                true
-            }
-            scc::hash_map::Entry::Vacant(vacant) => {
-                vacant.insert_entry(version);
-                true
-            }
-        }
+        newer(&self.newest, key, version)
+    }
+
+    /// Records an invalidation of every row of `tag` at `version`; whether
+    /// it is newer than every one applied to `tag` before.
+    pub(crate) fn advance_tag(&self, tag: Tag, version: u64) -> bool {
+        newer(&self.tags, tag, version)
+    }
+
+    /// Whether a value of `tag` at `version` is older than an invalidation
+    /// applied to `tag`.
+    pub(crate) fn overtakes_tag(&self, tag: Tag, version: u64) -> bool {
+        self.tags
+            .read_sync(&tag, |_, &newest| newest > version)
+            .unwrap_or(false)
     }
 
     /// Records a table-wide invalidation at `version`; whether it is newer
@@ -79,6 +92,28 @@ impl Applied {
         let horizon = unix_ms.saturating_sub(retain).max(EPOCH_MS);
         self.newest
             .retain_sync(|_, version| unix_ms_of_payload(*version) >= horizon);
+        self.tags
+            .retain_sync(|_, version| unix_ms_of_payload(*version) >= horizon);
+    }
+}
+
+/// Records `version` for `name` in `newest`; whether it is newer than the
+/// one there.
+fn newer<K: Eq + std::hash::Hash>(
+    newest: &HashMap<K, u64, foldhash::fast::RandomState>,
+    name: K,
+    version: u64,
+) -> bool {
+    match newest.entry_sync(name) {
+        scc::hash_map::Entry::Occupied(newest) if *newest.get() >= version => false,
+        scc::hash_map::Entry::Occupied(mut newest) => {
+            *newest.get_mut() = version;
+            true
+        }
+        scc::hash_map::Entry::Vacant(vacant) => {
+            vacant.insert_entry(version);
+            true
+        }
     }
 }
 

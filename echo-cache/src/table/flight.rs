@@ -134,6 +134,18 @@ impl<W> Flights<W> {
         write()
     }
 
+    /// Returns once every landing under way when it was called has ended:
+    /// each shard's lock taken and released in turn, no flight detached.
+    pub(crate) fn settle(&self) {
+        for shard in &self.shards {
+            drop(
+                shard
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner),
+            );
+        }
+    }
+
     /// Detaches every flight under way, and runs `write` (a flush) while
     /// every shard is held.
     pub(crate) fn overtake_all<R>(&self, write: impl FnOnce() -> R) -> R {

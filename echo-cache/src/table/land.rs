@@ -21,6 +21,7 @@ use super::read::Aloft;
 use super::{Answer, Loaded, Table};
 use crate::entity::id::RawId;
 use crate::entity::spec::Cached;
+use crate::entity::tag::Tag;
 use crate::error::Error;
 use crate::l1::{self, Row};
 use crate::report::stats::Counters;
@@ -47,8 +48,10 @@ impl<T: Cached> Table<T> {
         if self.failsafe.enabled() && !backoff {
             self.failsafe.landed(key, now, &outcome);
         }
+        let mut tag = None;
         let row = match &outcome {
             Ok(fetched) => {
+                tag = Self::tag_of(fetched.value());
                 let value = Some(Arc::clone(fetched.value()));
                 let version = fetched.version().payload();
                 let mut row = self.row(value, version, now, deadline);
@@ -67,7 +70,7 @@ impl<T: Cached> Table<T> {
         }
         let mut declined = None;
         let landed = self.flights.land(key, token, || {
-            declined = row.and_then(|row| self.install(key, row, now));
+            declined = row.and_then(|row| self.install(key, row, now, tag));
         });
         drop(declined);
         self.rows.collect_if_due();
@@ -101,9 +104,7 @@ impl<T: Cached> Table<T> {
     pub(super) fn serves_stale(&self, key: u64, fallback: &Fallback<T>, error: &Error) -> bool {
         Failsafe::covers(error)
             && self.verified()
-            && fallback
-                .version()
-                .is_some_and(|version| !self.applied.overtakes(key, version))
+            && fallback.holds(|value, version| self.fallback_holds(key, version, value))
     }
 
     /// Whether no invalidation can have been missed: the channel is up
@@ -153,14 +154,21 @@ impl<T: Cached> Table<T> {
         }
     }
 
-    /// Installs `row` unless L1 is not trusted, an invalidation newer than
-    /// the row was applied, or the table is full and keeps what it has (see
+    /// Installs `row` (of `tag`, its value's) unless L1 is not trusted, an
+    /// invalidation newer than the row was applied (to its id, its tag or
+    /// the table), or the table is full and keeps what it has (see
     /// [`Rows::insert`]); returns the row it did not install, for the
     /// caller to drop once it has released its locks. Call with the key's
     /// flight lock held.
     #[must_use]
-    pub(super) fn install(&self, key: u64, row: Row<T>, now: u64) -> Option<Row<T>> {
-        if !self.trusted.load(Relaxed) || self.applied.overtakes(key, row.version) {
+    pub(super) fn install(
+        &self,
+        key: u64,
+        row: Row<T>,
+        now: u64,
+        tag: Option<Tag>,
+    ) -> Option<Row<T>> {
+        if !self.trusted.load(Relaxed) || self.overtaken(key, row.version, tag) {
             return Some(row);
         }
         let full = self.rows.insert(key, row, now).err();

@@ -74,6 +74,7 @@ mod loader;
 mod open;
 mod read;
 pub(crate) mod stale;
+mod tag;
 pub(crate) mod token;
 mod trust;
 mod turns;

@@ -263,14 +263,14 @@ impl<T: Cached> Table<T> {
                 // A frame older than an applied invalidation is stale (its
                 // conditional drop did not reach L2): load instead.
                 Found::Value(version, value, left_ms)
-                    if !self.applied.overtakes(key, version.payload()) =>
+                    if !self.overtaken(key, version.payload(), Self::tag_of(&value)) =>
                 {
                     let fetched = Fetched::new(Arc::new(value), Source::L2, version.payload());
                     let deadline = self.deadline(left_ms);
                     return Ok(Loaded { fetched, deadline });
                 }
                 Found::Expired(version, value)
-                    if stale && !self.applied.overtakes(key, version.payload()) =>
+                    if stale && !self.overtaken(key, version.payload(), Self::tag_of(&value)) =>
                 {
                     fallback.offer(Arc::new(value), version.payload());
                 }

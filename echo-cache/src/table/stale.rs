@@ -78,6 +78,11 @@ impl<T> Fallback<T> {
         self.value.as_ref().map(|&(_, v)| v)
     }
 
+    /// Whether there is a value and `holds` says it still may answer.
+    pub(crate) fn holds(&self, holds: impl FnOnce(&Arc<T>, u64) -> bool) -> bool {
+        (self.value.as_ref()).is_some_and(|(value, version)| holds(value, *version))
+    }
+
     /// The answer it makes, if there is one, keeping it.
     pub(crate) fn answer(&self) -> Option<Fetched<T>> {
         (self.value.as_ref())

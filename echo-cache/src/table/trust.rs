@@ -199,6 +199,12 @@ impl<T: Cached> Target for Table<T> {
         Table::apply(self, key, version);
     }
 
+    fn drop_tag(&self, tag: crate::entity::tag::Tag, version: Option<u64>) {
+        if Table::drop_tag(self, tag, version) {
+            tracing::debug!(table = self.spec.name, %tag, "tag-wide invalidation applied");
+        }
+    }
+
     fn distrust(&self) {
         Table::distrust(self);
     }

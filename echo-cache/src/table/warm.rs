@@ -201,6 +201,7 @@ impl<T: Cached> Table<T> {
         answer: &Answer<T>,
     ) -> bool {
         let now = self.clock.now_ms();
+        let tag = Self::tag_of(fetched.value());
         let mut row = self.row(
             Some(Arc::clone(fetched.value())),
             fetched.version().payload(),
@@ -212,7 +213,7 @@ impl<T: Cached> Table<T> {
         let mut installed = false;
         let mut declined = None;
         self.flights.land(key, token, || {
-            declined = self.install(key, row, now);
+            declined = self.install(key, row, now, tag);
             installed = declined.is_none();
         });
         drop(declined);

@@ -52,11 +52,12 @@ impl<T: Cached> Table<T> {
             None => true,
         };
         let now = self.clock.now_ms();
+        let tag = Self::tag_of(&value);
         let row = self.row(Some(value), version.payload(), now, deadline);
         self.rows.make_room(now);
         let declined = self.flights.overtake(key, || {
             self.rows.remove_replaced(key, now);
-            self.install(key, row, now)
+            self.install(key, row, now, tag)
         });
         drop(declined);
         self.rows.collect_if_due();
@@ -201,7 +202,10 @@ impl<T: Cached> Table<T> {
 
     /// What a write answers once its announcement was `sent` (or not): an
     /// error only for a `durable` table, whose writes promise it.
-    fn delivery(&self, sent: Result<(), crate::connections::Failure>) -> Result<(), Error> {
+    pub(super) fn delivery(
+        &self,
+        sent: Result<(), crate::connections::Failure>,
+    ) -> Result<(), Error> {
         match (self.spec.coherence, sent) {
             (_, Ok(())) => Ok(()),
             (Coherence::Durable, Err(failure)) => Err(Error::NotDelivered {

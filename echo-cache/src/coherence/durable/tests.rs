@@ -108,6 +108,8 @@ impl Target for Probe {
     fn flush(&self) {
         self.record(Event::Flush);
     }
+    fn drop_tag(&self, _tag: crate::entity::tag::Tag, _version: Option<u64>) {}
+
     fn apply(&self, key: u64, version: Option<u64>) {
         std::thread::sleep(self.delay);
         let gate = self.gate.lock().unwrap().take();
