@@ -20,7 +20,6 @@ use echo_cache::{Cache, Cached, Id, keyspace, near_cache};
 use echo_cache_testkit::RedisServer;
 
 #[path = "common/mod.rs"]
-#[allow(dead_code)]
 mod common;
 
 use common::{Calls, eventually};

@@ -55,16 +55,15 @@ impl Server {
             return Err(Failure::Refused);
         }
         let owner = self.owner(slot).await.map_err(Failure::Topology)?;
-        let connection = match self.idle.take(&owner.name) {
-            Some(connection) => connection,
-            None => {
-                let client = redis::Client::open(owner.info.clone()).map_err(Failure::Redis)?;
-                let connect = client.get_multiplexed_async_connection();
-                match tokio::time::timeout(self.timeout, connect).await {
-                    Ok(connected) => connected.map_err(Failure::Redis)?,
-                    Err(_) => return Err(Failure::Timeout),
-                }
-            }
+        let connection = if let Some(connection) = self.idle.take(&owner.name) {
+            connection
+        } else {
+            let client = redis::Client::open(owner.info.clone()).map_err(Failure::Redis)?;
+            let connect = client.get_multiplexed_async_connection();
+            tokio::time::timeout(self.timeout, connect)
+                .await
+                .map_err(|_| Failure::Timeout)?
+                .map_err(Failure::Redis)?
         };
         // The server's timeout is in seconds, 0 for ever: at least 1 ms.
         let seconds = format!("{:.3}", wait.as_secs_f64().max(0.001));
