@@ -271,6 +271,12 @@ pub(crate) struct Rows<T> {
     reclaim_every_ms: u64,
     /// How long before its expiry a read starts a row's refresh (0: never).
     refresh_ms: u64,
+    /// How long a row lives unread (0: to its TTL); see
+    /// [Time-to-idle](self#time-to-idle).
+    idle_ms: u64,
+    /// How close to its expiry a hit on a watched row looks further: the
+    /// longer of `refresh_ms` and half of `idle_ms`.
+    wake_ms: u64,
     /// The size from which hits mark the rows they read (see
     /// [`MARKING`]): three quarters of `max_size`, so that the rows
     /// read as the table fills are marked when its hand first turns.
@@ -359,7 +365,13 @@ impl<T> Rows<T> {
             shards: std::array::from_fn(|_| Shard {
                 array: AtomicPtr::new(ptr::null_mut()),
                 writer: Mutex::new(Tally::default()),
-                watch_ms: AtomicU64::new(spec.refresh_ms.min(MARKING - 1)),
+                // An idle table's hits look at every row (they may extend
+                // it), and mark it read, once, as they are there anyway.
+                watch_ms: AtomicU64::new(if spec.idle_ms > 0 {
+                    MARKING
+                } else {
+                    spec.refresh_ms.min(MARKING - 1)
+                }),
             }),
             hasher: random_hasher(),
             garbage: Garbage::new(),
@@ -377,6 +389,8 @@ impl<T> Rows<T> {
             reclaim_every_ms: (spec.sweep_ms / 8).max(1),
             grace: spec.stale_if_error_ms,
             refresh_ms: spec.refresh_ms,
+            idle_ms: spec.idle_ms,
+            wake_ms: spec.refresh_ms.max(spec.idle_ms / 2),
             removals: listener.map(|listener| Removals::new(listener, spec.name)),
         }
     }
@@ -453,13 +467,35 @@ impl<T> Rows<T> {
             value: unsafe { share(value) },
             version,
         };
-        let due = left <= self.refresh_ms;
-        // A full table's usual hit: a row marked read, not due.
-        if due || mark_of(stamp) & !REFRESHING != evict::READ {
+        // A full table's usual hit: a row marked read, not near its expiry.
+        if left <= self.wake_ms || mark_of(stamp) & !REFRESHING != evict::READ {
             let marking = watch_ms == MARKING;
-            return Some(watched(live, &slot.stamp, stamp, marking, due, refresh));
+            let due = left <= self.refresh_ms;
+            let live = watched(live, &slot.stamp, stamp, marking, due, refresh);
+            if left <= self.idle_ms / 2 {
+                self.extend_idle(&array, i, stamp, now);
+            }
+            return Some(live);
         }
         Some(live)
+    }
+
+    /// A read of the row in slot `i`, read with `stamp`, that found less
+    /// than half the table's `idle_ms` left of its life: it lives `idle_ms`
+    /// from `now`, but not past its hard deadline (see
+    /// [Time-to-idle](self#time-to-idle)). Nothing if the slot was written
+    /// since, or another read extended it as far.
+    #[cold]
+    #[inline(never)]
+    fn extend_idle(&self, array: &Array<T>, i: usize, stamp: u64, now: u64) {
+        let Some(deadlines) = array.deadlines() else {
+            return;
+        };
+        // Acquiring: a deadline this load sees was written after its
+        // write's odd stamp, which the swap below then finds.
+        let deadline = deadlines[i].load(Acquire);
+        let until = deadline.min(now.saturating_add(self.idle_ms));
+        slot::extend(&array.slots()[i].stamp, stamp, until);
     }
 
     /// The mark a new row starts with: [`REFRESHING`] if it is not to be
