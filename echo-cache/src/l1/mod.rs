@@ -275,7 +275,7 @@ pub(crate) struct Rows<T> {
     /// [Time-to-idle](self#time-to-idle).
     idle_ms: u64,
     /// How close to its expiry a hit on a watched row looks further: the
-    /// longer of `refresh_ms` and half of `idle_ms`.
+    /// longer of `refresh_ms` and `idle_ms`.
     wake_ms: u64,
     /// The size from which hits mark the rows they read (see
     /// [`MARKING`]): three quarters of `max_size`, so that the rows
@@ -329,6 +329,15 @@ fn watched<T>(
         start_refresh(live.version);
     }
     live
+}
+
+/// How long a row of a table with a time-to-idle of `idle_ms` lives
+/// unread from its write, or from a read that found at most `idle_ms` of
+/// its life left (which extends it): one and a half `idle_ms`, so that
+/// every read leaves it at least `idle_ms` to live while only one read in
+/// half an `idle_ms` writes the stamp.
+pub(super) fn idle_life(idle_ms: u64) -> u64 {
+    idle_ms.saturating_add(idle_ms / 2)
 }
 
 /// The shard of a key's [`Hasher`] hash: its top bits, while the
@@ -390,7 +399,7 @@ impl<T> Rows<T> {
             grace: spec.stale_if_error_ms,
             refresh_ms: spec.refresh_ms,
             idle_ms: spec.idle_ms,
-            wake_ms: spec.refresh_ms.max(spec.idle_ms / 2),
+            wake_ms: spec.refresh_ms.max(spec.idle_ms),
             removals: listener.map(|listener| Removals::new(listener, spec.name)),
         }
     }
@@ -472,7 +481,7 @@ impl<T> Rows<T> {
             let marking = watch_ms == MARKING;
             let due = left <= self.refresh_ms;
             let live = watched(live, &slot.stamp, stamp, marking, due, refresh);
-            if left <= self.idle_ms / 2 {
+            if left <= self.idle_ms {
                 self.extend_idle(&array, i, stamp, now);
             }
             return Some(live);
@@ -480,11 +489,11 @@ impl<T> Rows<T> {
         Some(live)
     }
 
-    /// A read of the row in slot `i`, read with `stamp`, that found less
-    /// than half the table's `idle_ms` left of its life: it lives `idle_ms`
-    /// from `now`, but not past its hard deadline (see
-    /// [Time-to-idle](self#time-to-idle)). Nothing if the slot was written
-    /// since, or another read extended it as far.
+    /// A read of the row in slot `i`, read with `stamp`, that found at
+    /// most `idle_ms` left of its life: it lives [`idle_life`] from `now`,
+    /// but not past its hard deadline (see [Time-to-idle](self#time-to-idle)).
+    /// Nothing if the slot was written since, or another read extended it
+    /// as far.
     #[cold]
     #[inline(never)]
     fn extend_idle(&self, array: &Array<T>, i: usize, stamp: u64, now: u64) {
@@ -494,7 +503,7 @@ impl<T> Rows<T> {
         // Acquiring: a deadline this load sees was written after its
         // write's odd stamp, which the swap below then finds.
         let deadline = deadlines[i].load(Acquire);
-        let until = deadline.min(now.saturating_add(self.idle_ms));
+        let until = deadline.min(now.saturating_add(idle_life(self.idle_ms)));
         slot::extend(&array.slots()[i].stamp, stamp, until);
     }
 

@@ -12,7 +12,7 @@ use super::evict::{self, Room};
 use super::removal::RemovalCause;
 use super::slot::Slot;
 use super::{
-    Array, REFRESHING, Row, Rows, SEQ_BITS, Shard, Tally, absent, capacity_for, into_raw, is_row,
+    Array, REFRESHING, idle_life, Row, Rows, SEQ_BITS, Shard, Tally, absent, capacity_for, into_raw, is_row,
     mark_of, moved_hand, shard_of, share, tombstone,
 };
 use crate::entity::spec::Eviction;
@@ -179,7 +179,7 @@ impl<T> Rows<T> {
     /// The expiry a row written at `now` into slot `i` has in its stamp,
     /// and its hard deadline with its place among the array's deadlines: in
     /// a table with a time-to-idle, the nearer of `expires_at` (the row's
-    /// TTL, its hard deadline) and `now + idle_ms`; else `expires_at`.
+    /// TTL, its hard deadline) and `now` + [`idle_life`]; else `expires_at`.
     fn lifetime<'a>(
         &self,
         array: &'a Array<T>,
@@ -189,7 +189,7 @@ impl<T> Rows<T> {
     ) -> (u64, Option<(&'a AtomicU64, u64)>) {
         match array.deadlines() {
             Some(deadlines) => (
-                expires_at.min(now.saturating_add(self.idle_ms)),
+                expires_at.min(now.saturating_add(idle_life(self.idle_ms))),
                 Some((&deadlines[i], expires_at)),
             ),
             None => (expires_at, None),

@@ -344,6 +344,7 @@ fn a_dead_row_stays_for_the_grace_and_no_longer() {
 }
 
 mod full;
+mod idle;
 mod inspect;
 /// Loom models of the table through its own code: a reader against
 /// writes that retire what it reads and collections that free it, in
