@@ -33,6 +33,7 @@ mod entry_ttl;
 mod eviction;
 mod expiry;
 mod herd;
+mod idle;
 mod ids;
 mod inspect;
 mod invalidate_all;
