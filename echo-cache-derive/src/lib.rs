@@ -21,7 +21,7 @@ use proc_macro::TokenStream;
 /// `listener` (the function told when a row leaves L1), `coherence`,
 /// `placement`, `jitter`, `max_size`, `eviction`, `warm`, `sweep_ms`,
 /// `absent_ttl_ms`, `load_timeout_ms`, `lost_grace_ms`,
-/// `refresh_ms`, `stale_if_error_ms`, `name` and
+/// `refresh_ms`, `idle_ms`, `stale_if_error_ms`, `name` and
 /// `crate`. See
 /// `echo_cache`'s crate docs for what each means.
 #[proc_macro_attribute]
