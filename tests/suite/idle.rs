@@ -51,7 +51,9 @@ fn cache(clock: &Clock, told: &Told, limits: Limits) -> Cache {
         .loader(|id: Id<Session>| async move {
             Ok::<_, std::io::Error>(Some(Session { n: id.payload() }))
         })
-        .loader(|id: Id<Kept>| async move { Ok::<_, std::io::Error>(Some(Kept { n: id.payload() })) })
+        .loader(
+            |id: Id<Kept>| async move { Ok::<_, std::io::Error>(Some(Kept { n: id.payload() })) },
+        )
         .listener(move |id: Id<Session>, _: Arc<Session>, cause| {
             told.lock().unwrap().push((id.payload(), cause));
         })
@@ -71,12 +73,18 @@ async fn an_unread_row_dies_at_idle_told_expired_and_swept() {
     assert!(cache.contains(id), "alive until 1.5 × idle_ms unread");
     clock.advance(Duration::from_millis(1));
     assert!(!cache.contains(id), "dead at 1.5 × idle_ms unread");
-    assert!(cache.contains(kept), "a table without idle_ms keeps its row");
+    assert!(
+        cache.contains(kept),
+        "a table without idle_ms keeps its row"
+    );
     eventually("the sweeper reclaims the idle row", async || {
         cache.stats::<Session>().swept == 1
     })
     .await;
-    assert_eq!(*told.lock().unwrap(), [(id.payload(), RemovalCause::Expired)]);
+    assert_eq!(
+        *told.lock().unwrap(),
+        [(id.payload(), RemovalCause::Expired)]
+    );
     assert_eq!(cache.stats::<Session>().size, 0);
     assert_eq!(cache.fetch(id).await.unwrap().source(), Source::Fill);
 }
@@ -91,7 +99,12 @@ async fn a_row_read_within_idle_lives_to_its_ttl_and_no_longer() {
     for step in 1..=10 {
         clock.advance(Duration::from_millis(999));
         let read = cache.fetch(id).await.unwrap();
-        assert_eq!(read.source(), Source::Hit, "read {step} at {} ms", step * 999);
+        assert_eq!(
+            read.source(),
+            Source::Hit,
+            "read {step} at {} ms",
+            step * 999
+        );
     }
     clock.advance(Duration::from_millis(9)); // 9_999 ms
     assert!(cache.contains(id));
@@ -101,7 +114,10 @@ async fn a_row_read_within_idle_lives_to_its_ttl_and_no_longer() {
         cache.stats::<Session>().swept == 1
     })
     .await;
-    assert_eq!(*told.lock().unwrap(), [(id.payload(), RemovalCause::Expired)]);
+    assert_eq!(
+        *told.lock().unwrap(),
+        [(id.payload(), RemovalCause::Expired)]
+    );
     let stats = cache.stats::<Session>();
     assert_eq!((stats.hits, stats.fills), (10, 1));
 }
@@ -135,7 +151,10 @@ async fn a_builder_limit_sets_idle_ms_and_tables_shows_it() {
     let cache = cache(&clock, &told, Limits::new().idle_ms(100));
     let spec = |name| {
         let tables = cache.tables();
-        tables.iter().find(|t| t.spec.name() == name).map(|t| t.spec)
+        tables
+            .iter()
+            .find(|t| t.spec.name() == name)
+            .map(|t| t.spec)
     };
     assert_eq!(spec("idle_sessions").map(|s| s.idle_ms()), Some(100));
     assert_eq!(spec("idle_none").map(|s| s.idle_ms()), Some(0));

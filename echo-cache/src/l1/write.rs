@@ -12,12 +12,12 @@ use super::evict::{self, Room};
 use super::removal::RemovalCause;
 use super::slot::Slot;
 use super::{
-    Array, REFRESHING, idle_life, Row, Rows, SEQ_BITS, Shard, Tally, absent, capacity_for, into_raw, is_row,
-    mark_of, moved_hand, shard_of, share, tombstone,
+    Array, REFRESHING, Row, Rows, SEQ_BITS, Shard, Tally, absent, capacity_for, idle_life,
+    into_raw, is_row, mark_of, moved_hand, shard_of, share, tombstone,
 };
 use crate::entity::spec::Eviction;
-use crate::sync::{AtomicU64, MutexGuard};
 use crate::sync::Ordering::{Relaxed, Release};
+use crate::sync::{AtomicU64, MutexGuard};
 
 /// What became of a row to insert.
 pub(super) enum Insert<T> {
@@ -264,8 +264,8 @@ impl<T> Rows<T> {
                     let key = slot.key.load(Relaxed);
                     let (i, _) = new.find(key, self.hasher.hash_one(key));
                     let (version, stamp) = (slot.version.load(Relaxed), slot.stamp.load(Relaxed));
-                    let deadline = (deadlines.zip(moved))
-                        .map(|(old, new)| (&new[i], old[at].load(Relaxed)));
+                    let deadline =
+                        (deadlines.zip(moved)).map(|(old, new)| (&new[i], old[at].load(Relaxed)));
                     let (expires_at, mark) = (stamp >> SEQ_BITS, mark_of(stamp));
                     new.slots()[i].claim(key, value, version, expires_at, mark, deadline);
                 }

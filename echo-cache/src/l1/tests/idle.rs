@@ -80,5 +80,11 @@ fn tables_without_idle_keep_no_deadlines() {
     let rows = idle(100);
     assert!(rows.insert(7, row(7, 1, 1_000), 0).is_ok());
     let (shard, _) = rows.locate(7);
-    assert!(shard.array(&shard.lock()).expect("an array").deadlines().is_some());
+    assert!(
+        shard
+            .array(&shard.lock())
+            .expect("an array")
+            .deadlines()
+            .is_some()
+    );
 }
