@@ -146,6 +146,24 @@
 //! per id), and a reader that read the row a refresh replaces may set it
 //! on the new row, which then dies unrefreshed, once. The hand of eviction
 //! looks at the read bit only.
+//!
+//! # Time-to-idle
+//!
+//! A table that declares `idle_ms` lets rows die unread. A row's stamp
+//! holds the nearer of its TTL's expiry (its hard deadline) and 1.5 ×
+//! `idle_ms` after its write ([`idle_life`]); the hard deadline is kept
+//! after the shard's slots ([`Array::deadlines`], only in such tables). The
+//! table's hits watch every row ([`MARKING`] from the start): one that
+//! finds at most `idle_ms` left moves the expiry to [`idle_life`] from now,
+//! capped by the hard deadline, by compare-and-swap of the stamp
+//! ([`slot::extend`]), which keeps its mark, as a mark keeps an extension.
+//! So a row lives `idle_ms` at least after its last read and 1.5 ×
+//! `idle_ms` at most, and a hit writes the stamp once a half `idle_ms` at
+//! most. An extension changes the stamp's expiry: a reader that loaded the
+//! stamp before it and checks it after reads a miss (as mid-write), while
+//! marks and extensions compare write counts only ([`slot::same_row`]).
+//! The sweeper, the clock hand and the full table's reclaiming see an idle
+//! row dead as they see any: by its stamp.
 
 use std::hash::BuildHasher;
 use std::ptr;
