@@ -349,6 +349,15 @@ fn watched<T>(
     live
 }
 
+/// What a hit saw of its watched row ([`Rows::look`]): the stamp it read
+/// it with, the time, how long the row had left, whether hits mark rows.
+struct Seen {
+    read: u64,
+    now: u64,
+    left: u64,
+    marking: bool,
+}
+
 /// How long a row of a table with a time-to-idle of `idle_ms` lives
 /// unread from its write, or from a read that found at most `idle_ms` of
 /// its life left (which extends it): one and a half `idle_ms`, so that
@@ -496,15 +505,39 @@ impl<T> Rows<T> {
         };
         // A full table's usual hit: a row marked read, not near its expiry.
         if left <= self.wake_ms || mark_of(stamp) & !REFRESHING != evict::READ {
-            let marking = watch_ms == MARKING;
-            let due = left <= self.refresh_ms;
-            let live = watched(live, &slot.stamp, stamp, marking, due, refresh);
-            if left <= self.idle_ms {
-                self.extend_idle(&array, i, stamp, now);
-            }
-            return Some(live);
+            let seen = Seen {
+                read: stamp,
+                now,
+                left,
+                marking: watch_ms == MARKING,
+            };
+            // One call, after which the hit holds nothing: a value kept
+            // across it would cost every hit a saved register.
+            return Some(self.look(live, array, i, seen, refresh));
         }
         Some(live)
+    }
+
+    /// A hit's look at its watched row, slot `i` of `array`, out of the
+    /// hit's line: [`watched`], and in a table with a time-to-idle, the
+    /// extension of a row with at most `idle_ms` left ([`extend_idle`](Self::extend_idle)).
+    #[cold]
+    #[inline(never)]
+    fn look(
+        &self,
+        live: Live<T>,
+        array: Array<T>,
+        i: usize,
+        seen: Seen,
+        refresh: impl FnOnce(u64),
+    ) -> Live<T> {
+        let due = seen.left <= self.refresh_ms;
+        let stamp = &array.slots()[i].stamp;
+        let live = watched(live, stamp, seen.read, seen.marking, due, refresh);
+        if seen.left <= self.idle_ms {
+            self.extend_idle(&array, i, seen.read, seen.now);
+        }
+        live
     }
 
     /// A read of the row in slot `i`, read with `stamp`, that found at
@@ -512,8 +545,6 @@ impl<T> Rows<T> {
     /// but not past its hard deadline (see [Time-to-idle](self#time-to-idle)).
     /// Nothing if the slot was written since, or another read extended it
     /// as far.
-    #[cold]
-    #[inline(never)]
     fn extend_idle(&self, array: &Array<T>, i: usize, stamp: u64, now: u64) {
         let Some(deadlines) = array.deadlines() else {
             return;
