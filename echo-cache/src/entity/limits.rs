@@ -248,6 +248,7 @@ impl TableSpec {
     ///
     /// Every rule `limits` break, each in the attribute's words, and a
     /// declared `refresh_ms` that no longer fits the TTL in force.
+    #[allow(clippy::too_many_lines)] // one short rule after another, a limit each
     pub(crate) fn limited(&self, limits: &Limits) -> Result<TableSpec, Vec<String>> {
         let mut faults = Vec::new();
         let mut spec = *self;
@@ -348,21 +349,8 @@ impl TableSpec {
                 ));
             }
         }
-        let idle_ms = spec.idle_ms;
-        if faults.is_empty() && idle_ms > 0 {
-            let shortest = shortest_life(ttl_ms, spec.jitter);
-            if idle_ms >= shortest {
-                let declared = if limits.idle_ms.is_none() {
-                    " (`idle_ms` as declared: give a shorter one with these limits)"
-                } else {
-                    ""
-                };
-                faults.push(format!(
-                    "`idle_ms` must be less than the shortest life of a row, ttl_ms − ttl_ms × \
-                     jitter = {shortest} ms, not {idle_ms}: a row dies unread after `idle_ms`, \
-                     and this one would reach its TTL first{declared}"
-                ));
-            }
+        if faults.is_empty() {
+            faults.extend(idle_past_life(&spec, limits));
         }
         if faults.is_empty() {
             Ok(spec)
@@ -370,6 +358,24 @@ impl TableSpec {
             Err(faults)
         }
     }
+}
+
+/// The fault of an `idle_ms` in force not shorter than the shortest life
+/// of a row in force, if it is not: the TTL would end every row first.
+fn idle_past_life(spec: &TableSpec, limits: &Limits) -> Option<String> {
+    let (idle_ms, shortest) = (spec.idle_ms, shortest_life(spec.ttl_ms, spec.jitter));
+    (idle_ms > 0 && idle_ms >= shortest).then(|| {
+        let declared = if limits.idle_ms.is_none() {
+            " (`idle_ms` as declared: give a shorter one with these limits)"
+        } else {
+            ""
+        };
+        format!(
+            "`idle_ms` must be less than the shortest life of a row, ttl_ms − ttl_ms × jitter = \
+             {shortest} ms, not {idle_ms}: a row dies unread after `idle_ms`, and this one would \
+             reach its TTL first{declared}"
+        )
+    })
 }
 
 /// The fault of a soft timeout of `soft_ms` not shorter than the flight's

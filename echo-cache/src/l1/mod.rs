@@ -351,6 +351,7 @@ fn watched<T>(
 
 /// What a hit saw of its watched row ([`Rows::look`]): the stamp it read
 /// it with, the time, how long the row had left, whether hits mark rows.
+#[derive(Clone, Copy)]
 struct Seen {
     read: u64,
     now: u64,
@@ -523,6 +524,7 @@ impl<T> Rows<T> {
     /// extension of a row with at most `idle_ms` left ([`extend_idle`](Self::extend_idle)).
     #[cold]
     #[inline(never)]
+    #[allow(clippy::needless_pass_by_value)] // in registers: a reference puts it in memory
     fn look(
         &self,
         live: Live<T>,
