@@ -122,6 +122,11 @@ pub(crate) const KEYS: &[Key] = &[
         meaning: "how long before its expiry a row read starts its refresh, in milliseconds",
     },
     Key {
+        name: "idle_ms",
+        example: "300_000",
+        meaning: "how long a row lives unread, in milliseconds",
+    },
+    Key {
         name: "name",
         example: "\"games\"",
         meaning: "the table's name",
@@ -205,6 +210,7 @@ pub(crate) struct Args {
     pub(crate) stale_if_error_ms: Value,
     pub(crate) soft_timeout_ms: Value,
     pub(crate) refresh_ms: Value,
+    pub(crate) idle_ms: Value,
     pub(crate) name: Value,
     pub(crate) krate: Value,
     /// Whether the whole list could be read. After a syntax error the keys
@@ -240,6 +246,7 @@ impl Args {
             "stale_if_error_ms" => &mut self.stale_if_error_ms,
             "soft_timeout_ms" => &mut self.soft_timeout_ms,
             "refresh_ms" => &mut self.refresh_ms,
+            "idle_ms" => &mut self.idle_ms,
             "name" => &mut self.name,
             "crate" => &mut self.krate,
             _ => return None,
@@ -270,6 +277,7 @@ pub(crate) fn parse(tokens: TokenStream) -> Args {
         stale_if_error_ms: Value::Absent,
         soft_timeout_ms: Value::Absent,
         refresh_ms: Value::Absent,
+        idle_ms: Value::Absent,
         name: Value::Absent,
         krate: Value::Absent,
         complete: true,

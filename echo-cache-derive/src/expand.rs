@@ -34,6 +34,7 @@ pub(crate) fn expand(decl: &Decl, input: &DeriveInput) -> TokenStream {
     let stale_if_error_ms = option(decl.stale_if_error_ms.map(|g| quote!(#g)));
     let soft_timeout_ms = option(decl.soft_timeout_ms.map(|s| quote!(#s)));
     let refresh_ms = option(decl.refresh_ms.map(|r| quote!(#r)));
+    let idle_ms = option(decl.idle_ms.map(|i| quote!(#i)));
     let fingerprint = fingerprint(input);
     let import = import_private(&decl.krate);
     let fetch = fetch(input);
@@ -69,6 +70,7 @@ pub(crate) fn expand(decl: &Decl, input: &DeriveInput) -> TokenStream {
                         stale_if_error_ms: #stale_if_error_ms,
                         soft_timeout_ms: #soft_timeout_ms,
                         refresh_ms: #refresh_ms,
+                        idle_ms: #idle_ms,
                         coherence: __echo_private::Coherence::#coherence,
                         placement: __echo_private::Placement::#placement,
                         eviction: __echo_private::Eviction::#eviction,

@@ -22,7 +22,7 @@ use proc_macro::TokenStream;
 /// function that names the group a row belongs to), `coherence`,
 /// `placement`, `jitter`, `max_size`, `eviction`, `warm`, `herd`, `sweep_ms`,
 /// `absent_ttl_ms`, `load_timeout_ms`, `lost_grace_ms`,
-/// `refresh_ms`, `stale_if_error_ms`, `name` and
+/// `refresh_ms`, `idle_ms`, `stale_if_error_ms`, `name` and
 /// `crate`. See
 /// `echo_cache`'s crate docs for what each means.
 #[proc_macro_attribute]

@@ -67,6 +67,7 @@ pub(crate) struct Decl {
     pub(crate) stale_if_error_ms: Option<u64>,
     pub(crate) soft_timeout_ms: Option<u64>,
     pub(crate) refresh_ms: Option<u64>,
+    pub(crate) idle_ms: Option<u64>,
     pub(crate) name: String,
     pub(crate) krate: syn::Path,
 }
@@ -171,6 +172,14 @@ pub(crate) fn validate(mut args: Args, input: &DeriveInput) -> Result<Decl, Inva
         };
         errors.check(at, refresh_ms)
     });
+    let idle_ms = (args.idle_ms.lit()).and_then(|(at, lit)| {
+        let idle_ms = positive(lit, "idle_ms");
+        let idle_ms = match (idle_ms, ttl_ms) {
+            (Ok(idle_ms), Some(ttl_ms)) => idle_within_life(lit, idle_ms, ttl_ms, jitter),
+            (idle_ms, _) => idle_ms,
+        };
+        errors.check(at, idle_ms)
+    });
     let name = match args.name.lit() {
         Some((at, lit)) => errors.check(at, table_name(lit)),
         None => errors.check(At::Item, derived_name(input)),
@@ -215,6 +224,7 @@ pub(crate) fn validate(mut args: Args, input: &DeriveInput) -> Result<Decl, Inva
             stale_if_error_ms,
             soft_timeout_ms,
             refresh_ms,
+            idle_ms,
             name,
             krate,
         }),
@@ -436,15 +446,7 @@ fn lost_grace(lit: &Lit, coherence: Option<&str>) -> syn::Result<u64> {
 /// (`ttl_ms − ttl_ms × jitter`): else a row would be due for refresh as
 /// soon as it is filled, and refreshed on every read.
 fn within_life(lit: &Lit, refresh_ms: u64, ttl_ms: u64, jitter: Option<f64>) -> syn::Result<u64> {
-    // The runtime's default jitter (`TableSpec::DEFAULT_JITTER`).
-    let jitter = jitter.unwrap_or(0.1);
-    // As the runtime draws it: the spread in whole milliseconds.
-    #[allow(
-        clippy::cast_possible_truncation,
-        clippy::cast_sign_loss,
-        clippy::cast_precision_loss
-    )]
-    let shortest = ttl_ms - (ttl_ms as f64 * jitter) as u64;
+    let shortest = shortest_life(ttl_ms, jitter);
     if refresh_ms < shortest {
         return Ok(refresh_ms);
     }
@@ -456,6 +458,37 @@ fn within_life(lit: &Lit, refresh_ms: u64, ttl_ms: u64, jitter: Option<f64>) -> 
              `refresh_ms` of its life remain, and this one would be due as soon as it is filled"
         ),
     ))
+}
+
+/// `idle_ms`, if it is shorter than the shortest life a row is drawn
+/// (`ttl_ms − ttl_ms × jitter`): else the TTL ends every row first.
+fn idle_within_life(lit: &Lit, idle_ms: u64, ttl_ms: u64, jitter: Option<f64>) -> syn::Result<u64> {
+    let shortest = shortest_life(ttl_ms, jitter);
+    if idle_ms < shortest {
+        return Ok(idle_ms);
+    }
+    Err(syn::Error::new(
+        lit.span(),
+        format!(
+            "`idle_ms` must be less than the shortest life of a row, ttl_ms − ttl_ms × \
+             jitter = {shortest} ms, not {idle_ms}: a row dies unread after `idle_ms`, \
+             and this one would reach its TTL first"
+        ),
+    ))
+}
+
+/// `ttl_ms − ttl_ms × jitter`, the shortest life the runtime draws.
+fn shortest_life(ttl_ms: u64, jitter: Option<f64>) -> u64 {
+    // The runtime's default jitter (`TableSpec::DEFAULT_JITTER`).
+    let jitter = jitter.unwrap_or(0.1);
+    // As the runtime draws it: the spread in whole milliseconds.
+    #[allow(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        clippy::cast_precision_loss
+    )]
+    let shortest = ttl_ms - (ttl_ms as f64 * jitter) as u64;
+    shortest
 }
 
 fn coherence(lit: &Lit) -> syn::Result<&'static str> {

@@ -34,6 +34,7 @@ mod eviction;
 mod expiry;
 mod fleet_herd;
 mod herd;
+mod idle;
 mod ids;
 mod inspect;
 mod invalidate_all;

@@ -64,6 +64,7 @@ pub struct SpecParts {
     pub stale_if_error_ms: Option<u64>,
     pub soft_timeout_ms: Option<u64>,
     pub refresh_ms: Option<u64>,
+    pub idle_ms: Option<u64>,
     pub coherence: Coherence,
     pub placement: Placement,
     pub eviction: Eviction,
@@ -110,6 +111,10 @@ impl SpecParts {
             refresh_ms: match self.refresh_ms {
                 Some(refresh_ms) => refresh_ms,
                 None => TableSpec::DEFAULT_REFRESH_MS,
+            },
+            idle_ms: match self.idle_ms {
+                Some(idle_ms) => idle_ms,
+                None => TableSpec::DEFAULT_IDLE_MS,
             },
             coherence: self.coherence,
             placement: self.placement,

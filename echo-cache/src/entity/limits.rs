@@ -25,6 +25,7 @@ use crate::entity::spec::TableSpec;
 /// | [`jitter`](Self::jitter) | `jitter` | `0.0..=0.5` |
 /// | [`max_size`](Self::max_size) | `max_size` | > 0 |
 /// | [`refresh_ms`](Self::refresh_ms) | `refresh_ms` | > 0, and less than the shortest life of a row, `ttl − ttl·jitter` (in force: a declared `refresh_ms` must fit an overridden `ttl_ms`) |
+/// | [`idle_ms`](Self::idle_ms) | `idle_ms` | > 0, and less than the shortest life of a row, `ttl − ttl·jitter` (in force: a declared `idle_ms` must fit an overridden `ttl_ms`) |
 /// | [`stale_if_error_ms`](Self::stale_if_error_ms) | `stale_if_error_ms` | at most `86_400_000` (a day) |
 /// | [`warm_ids`](Self::warm_ids) | (none: [`TableSpec::DEFAULT_WARM_IDS`]) | `1..=100_000` |
 /// | [`soft_timeout_ms`](Self::soft_timeout_ms) | `soft_timeout_ms` | > 0, with a `stale_if_error_ms` > 0 in force, and less than the flight's deadline in force (the table's `load_timeout_ms`, else [`Builder::load_timeout`](crate::Builder::load_timeout)) |
@@ -55,6 +56,7 @@ pub struct Limits {
     jitter: Option<f64>,
     max_size: Option<usize>,
     refresh_ms: Option<u64>,
+    idle_ms: Option<u64>,
     stale_if_error_ms: Option<u64>,
     warm_ids: Option<usize>,
     soft_timeout_ms: Option<u64>,
@@ -68,6 +70,7 @@ impl Limits {
             jitter: None,
             max_size: None,
             refresh_ms: None,
+            idle_ms: None,
             stale_if_error_ms: None,
             warm_ids: None,
             soft_timeout_ms: None,
@@ -100,6 +103,26 @@ impl Limits {
     /// [Refresh-ahead](crate#refresh-ahead)).
     pub const fn refresh_ms(mut self, refresh_ms: u64) -> Limits {
         self.refresh_ms = Some(refresh_ms);
+        self
+    }
+
+    /// How long a row lives unread, in milliseconds (the attribute's
+    /// `idle_ms`; see [Time-to-idle](crate#time-to-idle)).
+    ///
+    /// ```standalone_crate
+    /// use echo_cache::{near_cache, Cache, Limits};
+    ///
+    /// #[near_cache(kind = "SES", ttl_ms = 3_600_000)]
+    /// #[derive(serde::Serialize, serde::Deserialize)]
+    /// pub struct Session { pub user: u64 }
+    ///
+    /// let limits = Limits::new().idle_ms(300_000);
+    /// let cache = Cache::builder().without_loader::<Session>().limits::<Session>(limits).build()?;
+    /// assert_eq!(cache.tables()[0].spec.idle_ms(), 300_000);
+    /// # Ok::<(), echo_cache::Error>(())
+    /// ```
+    pub const fn idle_ms(mut self, idle_ms: u64) -> Limits {
+        self.idle_ms = Some(idle_ms);
         self
     }
 
@@ -178,6 +201,12 @@ impl Limits {
         self.refresh_ms
     }
 
+    /// The `idle_ms` set, if any.
+    #[must_use]
+    pub const fn get_idle_ms(&self) -> Option<u64> {
+        self.idle_ms
+    }
+
     /// The `stale_if_error_ms` set, if any.
     #[must_use]
     pub const fn get_stale_if_error_ms(&self) -> Option<u64> {
@@ -202,6 +231,7 @@ const TTL_MEANING: &str = "how long a row lives, in milliseconds";
 const MAX_SIZE_MEANING: &str = "how many rows L1 keeps at most";
 const REFRESH_MEANING: &str =
     "how long before its expiry a row read starts its refresh, in milliseconds";
+const IDLE_MEANING: &str = "how long a row lives unread, in milliseconds";
 const SOFT_MEANING: &str = "how long a flight's waiters wait for the loader before an expired \
                             value answers them, in milliseconds";
 
@@ -218,6 +248,7 @@ impl TableSpec {
     ///
     /// Every rule `limits` break, each in the attribute's words, and a
     /// declared `refresh_ms` that no longer fits the TTL in force.
+    #[allow(clippy::too_many_lines)] // one short rule after another, a limit each
     pub(crate) fn limited(&self, limits: &Limits) -> Result<TableSpec, Vec<String>> {
         let mut faults = Vec::new();
         let mut spec = *self;
@@ -269,6 +300,12 @@ impl TableSpec {
                 ));
             }
         }
+        if let Some(idle_ms) = limits.idle_ms {
+            spec.idle_ms = idle_ms;
+            if idle_ms == 0 {
+                faults.push(format!("`idle_ms` may not be 0: it is {IDLE_MEANING}"));
+            }
+        }
         if let Some(soft_ms) = limits.soft_timeout_ms {
             spec.soft_timeout_ms = Some(soft_ms);
             if soft_ms == 0 {
@@ -313,11 +350,32 @@ impl TableSpec {
             }
         }
         if faults.is_empty() {
+            faults.extend(idle_past_life(&spec, limits));
+        }
+        if faults.is_empty() {
             Ok(spec)
         } else {
             Err(faults)
         }
     }
+}
+
+/// The fault of an `idle_ms` in force not shorter than the shortest life
+/// of a row in force, if it is not: the TTL would end every row first.
+fn idle_past_life(spec: &TableSpec, limits: &Limits) -> Option<String> {
+    let (idle_ms, shortest) = (spec.idle_ms, shortest_life(spec.ttl_ms, spec.jitter));
+    (idle_ms > 0 && idle_ms >= shortest).then(|| {
+        let declared = if limits.idle_ms.is_none() {
+            " (`idle_ms` as declared: give a shorter one with these limits)"
+        } else {
+            ""
+        };
+        format!(
+            "`idle_ms` must be less than the shortest life of a row, ttl_ms − ttl_ms × jitter = \
+             {shortest} ms, not {idle_ms}: a row dies unread after `idle_ms`, and this one would \
+             reach its TTL first{declared}"
+        )
+    })
 }
 
 /// The fault of a soft timeout of `soft_ms` not shorter than the flight's
@@ -365,6 +423,7 @@ mod tests {
             stale_if_error_ms: 0,
             soft_timeout_ms: None,
             refresh_ms: refresh_ms.unwrap_or(0),
+            idle_ms: 0,
             coherence: Coherence::Broadcast,
             placement: Placement::Spread,
             eviction: Eviction::None,

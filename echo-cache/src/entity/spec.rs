@@ -300,6 +300,8 @@ pub struct TableSpec {
     pub(crate) soft_timeout_ms: Option<u64>,
     /// 0: no refresh-ahead.
     pub(crate) refresh_ms: u64,
+    /// 0: rows live to their TTL, read or not.
+    pub(crate) idle_ms: u64,
     pub(crate) coherence: Coherence,
     pub(crate) placement: Placement,
     pub(crate) eviction: Eviction,
@@ -328,6 +330,9 @@ impl TableSpec {
     /// are not refreshed ahead: they die and the next read misses) unless
     /// declared.
     pub const DEFAULT_REFRESH_MS: u64 = 0;
+    /// How long a row lives unread; 0 (to its TTL, read or not) unless
+    /// declared.
+    pub const DEFAULT_IDLE_MS: u64 = 0;
     /// How many hot ids the fleet's list of a `warm` table keeps, and a
     /// starting node warms, unless set ([`Limits::warm_ids`](crate::Limits::warm_ids)).
     pub const DEFAULT_WARM_IDS: usize = 1_000;
@@ -433,6 +438,24 @@ impl TableSpec {
     #[must_use]
     pub const fn refresh_ms(&self) -> u64 {
         self.refresh_ms
+    }
+
+    /// How long a row lives unread, in milliseconds (`idle_ms`; 0: rows
+    /// live to their TTL, read or not). See
+    /// [Time-to-idle](crate#time-to-idle) in the crate docs.
+    ///
+    /// ```standalone_crate
+    /// use echo_cache::{near_cache, Cached};
+    ///
+    /// #[near_cache(kind = "SES", ttl_ms = 3_600_000, idle_ms = 300_000)]
+    /// #[derive(serde::Serialize, serde::Deserialize)]
+    /// pub struct Session { pub user: u64 }
+    ///
+    /// assert_eq!(Session::spec().idle_ms(), 300_000);
+    /// ```
+    #[must_use]
+    pub const fn idle_ms(&self) -> u64 {
+        self.idle_ms
     }
 
     /// The coherence mode.

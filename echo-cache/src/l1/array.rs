@@ -6,13 +6,16 @@ use std::alloc::{self, Layout};
 use std::ptr::NonNull;
 
 use super::{MIN_SLOTS, Slot};
+use crate::sync::AtomicU64;
 use crate::sync::Ordering::Relaxed;
 
 /// The slots of one shard, `capacity` of them, in one zeroed allocation
 /// after a header of one slot's size whose last word is `capacity`: a
 /// shard's pointer is the first slot's address, and a reader that loaded
 /// it reads the count one word before it (written before the array was
-/// published, never changed).
+/// published, never changed). A table with a time-to-idle has the slots
+/// followed by each row's hard deadline ([`deadlines`](Array::deadlines)),
+/// which the header's word before the count says.
 pub(super) struct Array<T> {
     pub(super) slots: NonNull<Slot<T>>,
     capacity: usize,
@@ -45,14 +48,21 @@ pub(super) fn capacity_for(slots: usize) -> usize {
 }
 
 impl<T> Array<T> {
-    /// The layout of `capacity` slots and the header before them.
-    pub(super) fn layout(capacity: usize) -> Layout {
-        Layout::array::<Slot<T>>(capacity + 1).expect("an L1 array fits the address space")
+    /// The layout of `capacity` slots and the header before them, then as
+    /// many deadlines if the table has a time-to-idle (`deadlines`).
+    pub(super) fn layout(capacity: usize, deadlines: bool) -> Layout {
+        let slots = Layout::array::<Slot<T>>(capacity + 1);
+        let layout = slots.and_then(|slots| {
+            let deadlines = Layout::array::<AtomicU64>(if deadlines { capacity } else { 0 })?;
+            Ok(slots.extend(deadlines)?.0)
+        });
+        layout.expect("an L1 array fits the address space")
     }
 
-    /// A new array of empty slots, `capacity` of them.
-    pub(super) fn new(capacity: usize) -> Array<T> {
-        let layout = Array::<T>::layout(capacity);
+    /// A new array of empty slots, `capacity` of them, and of their rows'
+    /// hard deadlines if `deadlines` (a table with a time-to-idle).
+    pub(super) fn new(capacity: usize, deadlines: bool) -> Array<T> {
+        let layout = Array::<T>::layout(capacity, deadlines);
         #[allow(clippy::cast_ptr_alignment)] // allocated with a slot's alignment
         // SAFETY: the layout is not zero-sized; all zeroes is empty slots.
         let header = unsafe { alloc::alloc_zeroed(layout) }.cast::<Slot<T>>();
@@ -64,13 +74,44 @@ impl<T> Array<T> {
         // SAFETY: the header's last word, inside the allocation, aligned
         // (a slot's alignment is a word's at least); nothing else sees it.
         unsafe { slots.cast::<usize>().sub(1).write(capacity) };
+        // SAFETY: as above, the word before it.
+        unsafe { slots.cast::<usize>().sub(2).write(usize::from(deadlines)) };
         // A loom atomic is a handle into the model, not its value: make them.
         #[cfg(all(test, echo_cache_loom))]
         for i in 0..capacity {
             // SAFETY: inside the allocation, and nothing else sees it yet.
             unsafe { slots.as_ptr().add(i).write(Slot::vacant()) };
+            if deadlines {
+                // SAFETY: as above, past the slots.
+                unsafe { slots.as_ptr().add(capacity).cast::<AtomicU64>().add(i) }
+                    .write(AtomicU64::new(0));
+            }
         }
         Array { slots, capacity }
+    }
+
+    /// Whether the slots are followed by deadlines (`new`).
+    fn has_deadlines(&self) -> bool {
+        // SAFETY: the header's word before the count, written in `new`
+        // before the array was published and never since.
+        unsafe { self.slots.cast::<usize>().sub(2).read() != 0 }
+    }
+
+    /// The hard deadline of each slot's row (its TTL's expiry, which a
+    /// read does not extend), in a table with a time-to-idle: the stamp's
+    /// expiry is the nearer of it and the idle deadline. Written by the
+    /// shard's writer within the write of the row ([`Slot::write`]).
+    pub(super) fn deadlines(&self) -> Option<&[AtomicU64]> {
+        if !self.has_deadlines() {
+            return None;
+        }
+        // SAFETY: `capacity` deadlines follow the slots (`new`): the
+        // layout's second part starts right after them, a slot's size
+        // being a multiple of a word's.
+        Some(unsafe {
+            let first = self.slots.as_ptr().add(self.capacity).cast::<AtomicU64>();
+            std::slice::from_raw_parts(first, self.capacity)
+        })
     }
 
     /// The shard's pointer to the array: its first slot's address.
@@ -157,7 +198,7 @@ impl<T> Array<T> {
             // SAFETY: as above, and never used again.
             unsafe { std::ptr::drop_in_place(slot) };
         }
-        let layout = Array::<T>::layout(self.capacity());
+        let layout = Array::<T>::layout(self.capacity(), self.has_deadlines());
         // SAFETY: allocated in `new` with this layout, from the header on,
         // which is the slot before the first.
         unsafe { alloc::dealloc(self.slots.as_ptr().sub(1).cast(), layout) };

@@ -514,7 +514,7 @@ impl<T> Rows<T> {
     fn evict(&self, array: &Array<T>, tally: &mut Tally, victim: &Victim) {
         let slot = &array.slots()[victim.index];
         let value = slot.value.load(Relaxed);
-        slot.write(tombstone(), 0, 0, 0);
+        slot.write(tombstone(), 0, 0, 0, None);
         let cause = if victim.dead {
             RemovalCause::Expired
         } else {

@@ -235,7 +235,7 @@ impl<T> Rows<T> {
             let Some(array) = self.pinned_array(&pin, i) else {
                 continue;
             };
-            bytes += Array::<T>::layout(array.capacity()).size();
+            bytes += Array::<T>::layout(array.capacity(), array.deadlines().is_some()).size();
             for slot in array.slots() {
                 let value = slot.value.load(Acquire);
                 if !is_row(value) {

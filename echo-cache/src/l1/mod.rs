@@ -146,6 +146,24 @@
 //! per id), and a reader that read the row a refresh replaces may set it
 //! on the new row, which then dies unrefreshed, once. The hand of eviction
 //! looks at the read bit only.
+//!
+//! # Time-to-idle
+//!
+//! A table that declares `idle_ms` lets rows die unread. A row's stamp
+//! holds the nearer of its TTL's expiry (its hard deadline) and 1.5 ×
+//! `idle_ms` after its write ([`idle_life`]); the hard deadline is kept
+//! after the shard's slots ([`Array::deadlines`], only in such tables). The
+//! table's hits watch every row ([`MARKING`] from the start): one that
+//! finds at most `idle_ms` left moves the expiry to [`idle_life`] from now,
+//! capped by the hard deadline, by compare-and-swap of the stamp
+//! ([`slot::extend`]), which keeps its mark, as a mark keeps an extension.
+//! So a row lives `idle_ms` at least after its last read and 1.5 ×
+//! `idle_ms` at most, and a hit writes the stamp once a half `idle_ms` at
+//! most. An extension changes the stamp's expiry: a reader that loaded the
+//! stamp before it and checks it after reads a miss (as mid-write), while
+//! marks and extensions compare write counts only ([`slot::same_row`]).
+//! The sweeper, the clock hand and the full table's reclaiming see an idle
+//! row dead as they see any: by its stamp.
 
 use std::hash::BuildHasher;
 use std::ptr;
@@ -271,6 +289,12 @@ pub(crate) struct Rows<T> {
     reclaim_every_ms: u64,
     /// How long before its expiry a read starts a row's refresh (0: never).
     refresh_ms: u64,
+    /// How long a row lives unread (0: to its TTL); see
+    /// [Time-to-idle](self#time-to-idle).
+    idle_ms: u64,
+    /// How close to its expiry a hit on a watched row looks further: the
+    /// longer of `refresh_ms` and `idle_ms`.
+    wake_ms: u64,
     /// The size from which hits mark the rows they read (see
     /// [`MARKING`]): three quarters of `max_size`, so that the rows
     /// read as the table fills are marked when its hand first turns.
@@ -325,6 +349,25 @@ fn watched<T>(
     live
 }
 
+/// What a hit saw of its watched row ([`Rows::look`]): the stamp it read
+/// it with, the time, how long the row had left, whether hits mark rows.
+#[derive(Clone, Copy)]
+struct Seen {
+    read: u64,
+    now: u64,
+    left: u64,
+    marking: bool,
+}
+
+/// How long a row of a table with a time-to-idle of `idle_ms` lives
+/// unread from its write, or from a read that found at most `idle_ms` of
+/// its life left (which extends it): one and a half `idle_ms`, so that
+/// every read leaves it at least `idle_ms` to live while only one read in
+/// half an `idle_ms` writes the stamp.
+pub(super) fn idle_life(idle_ms: u64) -> u64 {
+    idle_ms.saturating_add(idle_ms / 2)
+}
+
 /// The shard of a key's [`Hasher`] hash: its top bits, while the
 /// probe's [`start`](Array::start) takes the low ones.
 #[inline]
@@ -359,7 +402,13 @@ impl<T> Rows<T> {
             shards: std::array::from_fn(|_| Shard {
                 array: AtomicPtr::new(ptr::null_mut()),
                 writer: Mutex::new(Tally::default()),
-                watch_ms: AtomicU64::new(spec.refresh_ms.min(MARKING - 1)),
+                // An idle table's hits look at every row (they may extend
+                // it), and mark it read, once, as they are there anyway.
+                watch_ms: AtomicU64::new(if spec.idle_ms > 0 {
+                    MARKING
+                } else {
+                    spec.refresh_ms.min(MARKING - 1)
+                }),
             }),
             hasher: random_hasher(),
             garbage: Garbage::new(),
@@ -377,6 +426,8 @@ impl<T> Rows<T> {
             reclaim_every_ms: (spec.sweep_ms / 8).max(1),
             grace: spec.stale_if_error_ms,
             refresh_ms: spec.refresh_ms,
+            idle_ms: spec.idle_ms,
+            wake_ms: spec.refresh_ms.max(spec.idle_ms),
             removals: listener.map(|listener| Removals::new(listener, spec.name)),
         }
     }
@@ -453,13 +504,58 @@ impl<T> Rows<T> {
             value: unsafe { share(value) },
             version,
         };
-        let due = left <= self.refresh_ms;
-        // A full table's usual hit: a row marked read, not due.
-        if due || mark_of(stamp) & !REFRESHING != evict::READ {
-            let marking = watch_ms == MARKING;
-            return Some(watched(live, &slot.stamp, stamp, marking, due, refresh));
+        // A full table's usual hit: a row marked read, not near its expiry.
+        if left <= self.wake_ms || mark_of(stamp) & !REFRESHING != evict::READ {
+            let seen = Seen {
+                read: stamp,
+                now,
+                left,
+                marking: watch_ms == MARKING,
+            };
+            // One call, after which the hit holds nothing: a value kept
+            // across it would cost every hit a saved register.
+            return Some(self.look(live, array, i, seen, refresh));
         }
         Some(live)
+    }
+
+    /// A hit's look at its watched row, slot `i` of `array`, out of the
+    /// hit's line: [`watched`], and in a table with a time-to-idle, the
+    /// extension of a row with at most `idle_ms` left ([`extend_idle`](Self::extend_idle)).
+    #[cold]
+    #[inline(never)]
+    #[allow(clippy::needless_pass_by_value)] // in registers: a reference puts it in memory
+    fn look(
+        &self,
+        live: Live<T>,
+        array: Array<T>,
+        i: usize,
+        seen: Seen,
+        refresh: impl FnOnce(u64),
+    ) -> Live<T> {
+        let due = seen.left <= self.refresh_ms;
+        let stamp = &array.slots()[i].stamp;
+        let live = watched(live, stamp, seen.read, seen.marking, due, refresh);
+        if seen.left <= self.idle_ms {
+            self.extend_idle(&array, i, seen.read, seen.now);
+        }
+        live
+    }
+
+    /// A read of the row in slot `i`, read with `stamp`, that found at
+    /// most `idle_ms` left of its life: it lives [`idle_life`] from `now`,
+    /// but not past its hard deadline (see [Time-to-idle](self#time-to-idle)).
+    /// Nothing if the slot was written since, or another read extended it
+    /// as far.
+    fn extend_idle(&self, array: &Array<T>, i: usize, stamp: u64, now: u64) {
+        let Some(deadlines) = array.deadlines() else {
+            return;
+        };
+        // Acquiring: a deadline this load sees was written after its
+        // write's odd stamp, which the swap below then finds.
+        let deadline = deadlines[i].load(Acquire);
+        let until = deadline.min(now.saturating_add(idle_life(self.idle_ms)));
+        slot::extend(&array.slots()[i].stamp, stamp, until);
     }
 
     /// The mark a new row starts with: [`REFRESHING`] if it is not to be

@@ -69,9 +69,17 @@ pub(super) fn same_write(a: u64, b: u64) -> bool {
     (a ^ b) & !MARK_BITS == 0
 }
 
+/// Whether two stamps are of the same write of a slot, whose expiry a
+/// read may have extended since (a table with a time-to-idle): the same
+/// write count.
+pub(super) fn same_row(a: u64, b: u64) -> bool {
+    (a ^ b) & SEQ_MASK == 0
+}
+
 /// Sets the mark of a slot's `stamp`, read as `read`, to `to(mark)`;
 /// returns the mark it replaced, or `None` if the slot was written since
 /// `read` (another row, or a write under way: not the caller's to mark).
+/// An expiry a read extended meanwhile ([`extend`]) is kept.
 /// Compare and swap, not a load and a store: a mark written meanwhile (a
 /// hit's read bit, the hand's count, a failed refresh's re-arm clearing
 /// [`REFRESHING`]) is seen by `to`, not undone.
@@ -85,7 +93,24 @@ pub(super) fn update_mark(stamp: &AtomicU64, read: u64, to: impl Fn(u8) -> u8) -
         }
         match stamp.compare_exchange_weak(seen, wanted, Relaxed, Relaxed) {
             Ok(_) => return Some(mark),
-            Err(current) if !same_write(current, read) => return None,
+            Err(current) if !same_row(current, read) => return None,
+            Err(current) => seen = current,
+        }
+    }
+}
+
+/// Moves the expiry of a slot's `stamp`, read as `read`, to `until` if
+/// that is later, keeping its mark; nothing if the slot was written since
+/// `read`. A read of a row in a table with a time-to-idle: compare and
+/// swap, as [`update_mark`], whose marks it keeps.
+pub(super) fn extend(stamp: &AtomicU64, read: u64, until: u64) {
+    let until = until.min(MAX_EXPIRY);
+    let mut seen = read;
+    while seen >> SEQ_BITS < until {
+        let wanted = until << SEQ_BITS | seen & (MARK_BITS | SEQ_MASK);
+        match stamp.compare_exchange_weak(seen, wanted, Relaxed, Relaxed) {
+            Ok(_) => return,
+            Err(current) if !same_row(current, read) => return,
             Err(current) => seen = current,
         }
     }
@@ -167,10 +192,23 @@ impl<T> Slot<T> {
         mark_of(self.stamp.load(Relaxed))
     }
 
-    /// Claims an empty slot for `key`. The shard's writer only.
-    pub(super) fn claim(&self, key: u64, value: *mut T, version: u64, expires_at: u64, mark: u8) {
+    /// Claims an empty slot for `key`; `deadline`: its place among the
+    /// array's deadlines and the row's ([`Array::deadlines`](super::Array::deadlines)).
+    /// The shard's writer only.
+    pub(super) fn claim(
+        &self,
+        key: u64,
+        value: *mut T,
+        version: u64,
+        expires_at: u64,
+        mark: u8,
+        deadline: Option<(&AtomicU64, u64)>,
+    ) {
         self.key.store(key, Relaxed);
         self.version.store(version, Relaxed);
+        if let Some((place, deadline)) = deadline {
+            place.store(deadline, Relaxed);
+        }
         let stamp = expires_at.min(MAX_EXPIRY) << SEQ_BITS;
         self.stamp.store(with_mark(stamp, mark), Relaxed);
         self.value.store(value, Release);
@@ -182,12 +220,26 @@ impl<T> Slot<T> {
     /// is under way the stamp shows no expiry (0), as a tombstone's: a
     /// hit's test of the expiry fails on both (see `Rows::get`). A
     /// tombstone is written with an expiry of 0 (its callers pass it).
-    pub(super) fn write(&self, value: *mut T, version: u64, expires_at: u64, mark: u8) {
+    /// `deadline` as for [`claim`](Self::claim): written once the stamp is
+    /// odd, so that a read that loads it (acquiring) and then extends the
+    /// expiry by compare and swap finds the slot written since if it saw
+    /// this write's deadline.
+    pub(super) fn write(
+        &self,
+        value: *mut T,
+        version: u64,
+        expires_at: u64,
+        mark: u8,
+        deadline: Option<(&AtomicU64, u64)>,
+    ) {
         debug_assert!(is_row(value) || expires_at == 0);
         let stamp = self.stamp.load(Relaxed);
         self.stamp
             .store(stamp & (MARK_BITS | SEQ_MASK) | 1, Relaxed);
         fence(Release);
+        if let Some((place, deadline)) = deadline {
+            place.store(deadline, Relaxed);
+        }
         self.value.store(value, Relaxed);
         self.version.store(version, Relaxed);
         let writes = (stamp + 2) & SEQ_MASK;

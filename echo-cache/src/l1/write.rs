@@ -12,12 +12,12 @@ use super::evict::{self, Room};
 use super::removal::RemovalCause;
 use super::slot::Slot;
 use super::{
-    Array, REFRESHING, Row, Rows, SEQ_BITS, Shard, Tally, absent, capacity_for, into_raw, is_row,
-    mark_of, moved_hand, shard_of, share, tombstone,
+    Array, REFRESHING, Row, Rows, SEQ_BITS, Shard, Tally, absent, capacity_for, idle_life,
+    into_raw, is_row, mark_of, moved_hand, shard_of, share, tombstone,
 };
 use crate::entity::spec::Eviction;
-use crate::sync::MutexGuard;
 use crate::sync::Ordering::{Relaxed, Release};
+use crate::sync::{AtomicU64, MutexGuard};
 
 /// What became of a row to insert.
 pub(super) enum Insert<T> {
@@ -140,7 +140,8 @@ impl<T> Rows<T> {
                 // new row's refresh is not started.
                 let mark = slot.mark() & !REFRESHING | self.refresh_mark(&row);
                 let cause = replaced(slot, now);
-                slot.write(into_raw(row.value), row.version, row.expires_at, mark);
+                let (expires_at, deadline) = self.lifetime(array, i, row.expires_at, now);
+                slot.write(into_raw(row.value), row.version, expires_at, mark, deadline);
                 self.retire_row(slot, old, cause);
                 return Insert::Kept;
             }
@@ -153,7 +154,8 @@ impl<T> Rows<T> {
         if let (Some(array), Some(i)) = (&array, found) {
             // The key's own tombstone.
             let mark = self.new_mark(&row);
-            array.slots()[i].write(into_raw(row.value), row.version, row.expires_at, mark);
+            let (expires_at, deadline) = self.lifetime(array, i, row.expires_at, now);
+            array.slots()[i].write(into_raw(row.value), row.version, expires_at, mark, deadline);
             tally.rows += 1;
             return Insert::Kept;
         }
@@ -164,12 +166,34 @@ impl<T> Rows<T> {
         } else {
             array.expect("a shard with capacity has an array")
         };
-        let (slot, _) = array.probe(key, hash);
+        let (i, _) = array.find(key, hash);
         let mark = self.new_mark(&row);
-        slot.claim(key, into_raw(row.value), row.version, row.expires_at, mark);
+        let (expires_at, deadline) = self.lifetime(&array, i, row.expires_at, now);
+        let value = into_raw(row.value);
+        array.slots()[i].claim(key, value, row.version, expires_at, mark, deadline);
         tally.claimed += 1;
         tally.rows += 1;
         Insert::Kept
+    }
+
+    /// The expiry a row written at `now` into slot `i` has in its stamp,
+    /// and its hard deadline with its place among the array's deadlines: in
+    /// a table with a time-to-idle, the nearer of `expires_at` (the row's
+    /// TTL, its hard deadline) and `now` + [`idle_life`]; else `expires_at`.
+    fn lifetime<'a>(
+        &self,
+        array: &'a Array<T>,
+        i: usize,
+        expires_at: u64,
+        now: u64,
+    ) -> (u64, Option<(&'a AtomicU64, u64)>) {
+        match array.deadlines() {
+            Some(deadlines) => (
+                expires_at.min(now.saturating_add(idle_life(self.idle_ms))),
+                Some((&deadlines[i], expires_at)),
+            ),
+            None => (expires_at, None),
+        }
     }
 
     /// A new row's mark: [`evict::NEW`] in a table that evicts, with its
@@ -227,19 +251,23 @@ impl<T> Rows<T> {
         tally: &mut MutexGuard<'_, Tally>,
         rows: usize,
     ) -> Array<T> {
-        let new = Array::new(self.slots_for(rows));
+        let new = Array::new(self.slots_for(rows), self.idle_ms > 0);
         let old = shard.array(tally);
         // A shard's first array (or its first since it emptied): the hand
         // starts at its first slot.
         let hand = std::mem::take(&mut tally.hand);
         if let Some(old) = &old {
-            for slot in old.slots() {
+            let (deadlines, moved) = (old.deadlines(), new.deadlines());
+            for (at, slot) in old.slots().iter().enumerate() {
                 let value = slot.value.load(Relaxed);
                 if is_row(value) {
                     let key = slot.key.load(Relaxed);
                     let (i, _) = new.find(key, self.hasher.hash_one(key));
                     let (version, stamp) = (slot.version.load(Relaxed), slot.stamp.load(Relaxed));
-                    new.slots()[i].claim(key, value, version, stamp >> SEQ_BITS, mark_of(stamp));
+                    let deadline =
+                        (deadlines.zip(moved)).map(|(old, new)| (&new[i], old[at].load(Relaxed)));
+                    let (expires_at, mark) = (stamp >> SEQ_BITS, mark_of(stamp));
+                    new.slots()[i].claim(key, value, version, expires_at, mark, deadline);
                 }
             }
             // Slots keep the order of their hashes: the hand keeps its place.
@@ -307,7 +335,7 @@ impl<T> Rows<T> {
             return false;
         }
         let cause = cause(slot);
-        slot.write(tombstone(), 0, 0, 0);
+        slot.write(tombstone(), 0, 0, 0, None);
         self.retire_row(slot, value, cause);
         tally.rows -= 1;
         self.size.fetch_sub(1, Relaxed);
@@ -325,7 +353,7 @@ impl<T> Rows<T> {
             for slot in array.slots() {
                 let value = slot.value.load(Relaxed);
                 if is_row(value) && dead(slot.expires_at()) {
-                    slot.write(tombstone(), 0, 0, 0);
+                    slot.write(tombstone(), 0, 0, 0, None);
                     self.retire_row(slot, value, cause);
                     tally.rows -= 1;
                     removed += 1;

@@ -22,6 +22,7 @@ macro_rules! declare {
             stale_if_error_ms = 30_000,
             soft_timeout_ms = 500,
             refresh_ms = 60_000,
+            idle_ms = 120_000,
             name = "games",
             crate = "::echo_cache"
         )]
@@ -67,6 +68,7 @@ fn main() {
     assert_eq!(spec.stale_if_error_ms(), 30_000);
     assert_eq!(spec.soft_timeout_ms(), Some(500));
     assert_eq!(spec.refresh_ms(), 60_000);
+    assert_eq!(spec.idle_ms(), 120_000);
     assert_eq!(spec.name(), "games");
     assert!(spec.type_name().ends_with("::Game"), "{}", spec.type_name());
     assert!(echo_cache::declared().contains(&spec));

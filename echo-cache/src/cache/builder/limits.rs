@@ -28,7 +28,7 @@ pub(super) enum Limited {
 
 impl Builder {
     /// Sets `T`'s limits in this cache in place of the declared ones: its
-    /// `ttl_ms`, `jitter`, `max_size`, `refresh_ms` and
+    /// `ttl_ms`, `jitter`, `max_size`, `refresh_ms`, `idle_ms` and
     /// `stale_if_error_ms`, each that `limits` sets (see [`Limits`]). For
     /// a cache built from the same declarations in two deployments that
     /// need other limits: a small `max_size` on a small host, a short
@@ -38,7 +38,7 @@ impl Builder {
     /// kind, name, coherence mode, placement and eviction policy.
     /// Everything the table sizes or times by its limits follows the
     /// limits in force: L1's bound, rows' and L2 frames' lifetimes,
-    /// refresh-ahead, stale serving (and the L2 tombstones a `none` table
+    /// refresh-ahead, time-to-idle, stale serving (and the L2 tombstones a `none` table
     /// keeps for it), the clock's tick. [`Cache::tables`] shows them;
     /// `T::spec()` and [`declared`](crate::declared) keep showing the
     /// declaration. Like [`loader`](Self::loader), the last limits given

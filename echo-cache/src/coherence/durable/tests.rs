@@ -28,6 +28,7 @@ const fn spec(name: &'static str, kind: &'static str) -> TableSpec {
         stale_if_error_ms: 0,
         soft_timeout_ms: None,
         refresh_ms: 0,
+        idle_ms: 0,
         coherence: Coherence::Durable,
         placement: crate::entity::spec::Placement::Table,
         eviction: crate::entity::spec::Eviction::Hot,

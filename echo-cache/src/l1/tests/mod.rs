@@ -32,6 +32,7 @@ fn parts(max_size: usize, eviction: Eviction) -> crate::cache::directory::SpecPa
         stale_if_error_ms: None,
         soft_timeout_ms: None,
         refresh_ms: None,
+        idle_ms: None,
         coherence: crate::entity::spec::Coherence::None,
         placement: crate::entity::spec::Placement::Table,
         eviction,
@@ -312,6 +313,7 @@ fn a_dead_row_stays_for_the_grace_and_no_longer() {
         stale_if_error_ms: Some(500),
         soft_timeout_ms: None,
         refresh_ms: None,
+        idle_ms: None,
         coherence: crate::entity::spec::Coherence::None,
         placement: crate::entity::spec::Placement::Table,
         eviction: Eviction::Hot,
@@ -344,6 +346,7 @@ fn a_dead_row_stays_for_the_grace_and_no_longer() {
 }
 
 mod full;
+mod idle;
 mod inspect;
 /// Loom models of the table through its own code: a reader against
 /// writes that retire what it reads and collections that free it, in
