@@ -49,7 +49,7 @@ pub use echo_cache_derive::near_cache;
 pub mod __private {
     pub use crate::cache::directory::{DECLARATIONS, Declaration, SpecParts};
     pub use crate::l1::{Listener, listener};
-    pub use crate::table::{Declared, Loader, loader};
+    pub use crate::table::{Declared, Loader, Weigher, loader, weigher};
     pub use crate::{
         Cache, Cached, Coherence, Error, Eviction, Fetch, Id, IdOf, Kind, Placement, TableSpec,
         Warm,

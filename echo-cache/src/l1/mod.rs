@@ -163,6 +163,7 @@ mod inspect;
 mod removal;
 pub(crate) mod sketch;
 mod slot;
+mod weights;
 mod write;
 
 use array::{Array, capacity_for, moved_hand};
@@ -179,6 +180,7 @@ use slot::{
 use crate::sync::Ordering::{Acquire, Relaxed};
 use crate::sync::{AtomicPtr, AtomicU64, AtomicUsize, Mutex, MutexGuard, fence};
 use evict::Probation;
+use weights::Weights;
 
 /// The hash of a key's shard, its probe's start and the sketch: foldhash's
 /// `quality` flavour under the table's random seed ([`random_hasher`]),
@@ -226,6 +228,8 @@ struct Tally {
     /// only). Boxed so that a shard stays small: a loom model builds a
     /// table on a 32 KiB stack, which 16 inline queues overflowed.
     probation: Option<Box<Probation>>,
+    /// The weights of its rows, in a table with a byte bound only.
+    weights: Option<Box<Weights>>,
 }
 
 #[repr(align(128))]
@@ -262,6 +266,9 @@ pub(crate) struct Rows<T> {
     /// the table is full, and its sketch.
     share: usize,
     eviction: Eviction,
+    /// A shard's share of `max_bytes`, which bounds the weight of its
+    /// rows; 0 without a byte bound.
+    byte_share: usize,
     /// Live rows evicted for new ones.
     evictions: AtomicU64,
     /// When a full table last looked for dead rows to reclaim.
@@ -358,8 +365,16 @@ impl<T> Rows<T> {
         Rows {
             shards: std::array::from_fn(|_| Shard {
                 array: AtomicPtr::new(ptr::null_mut()),
-                writer: Mutex::new(Tally::default()),
-                watch_ms: AtomicU64::new(spec.refresh_ms.min(MARKING - 1)),
+                writer: Mutex::new(Tally {
+                    weights: spec.max_bytes.map(|_| Box::default()),
+                    ..Tally::default()
+                }),
+                // A byte bound may be reached at any count: hits mark the
+                // rows they read from the first.
+                watch_ms: AtomicU64::new(match spec.max_bytes {
+                    Some(_) => MARKING,
+                    None => spec.refresh_ms.min(MARKING - 1),
+                }),
             }),
             hasher: random_hasher(),
             garbage: Garbage::new(),
@@ -371,6 +386,7 @@ impl<T> Rows<T> {
                 Eviction::None => usize::MAX,
             },
             eviction: spec.eviction,
+            byte_share: spec.max_bytes.map_or(0, |bytes| bytes.div_ceil(SHARDS)),
             evictions: AtomicU64::new(0),
             last_reclaim: AtomicU64::new(0),
             // A full table of live rows must not rescan on every miss.
