@@ -19,7 +19,8 @@ use proc_macro::TokenStream;
 /// Declares a near-cache on a struct or an enum: `kind` and `ttl_ms`, and
 /// optionally `loader` (the function that reads a missing row),
 /// `listener` (the function told when a row leaves L1), `coherence`,
-/// `placement`, `jitter`, `max_size`, `eviction`, `warm`, `sweep_ms`,
+/// `placement`, `jitter`, `max_size`, `max_bytes`, `weigher` (the
+/// function that weighs a value for `max_bytes`), `eviction`, `warm`, `sweep_ms`,
 /// `absent_ttl_ms`, `load_timeout_ms`, `lost_grace_ms`,
 /// `refresh_ms`, `stale_if_error_ms`, `name` and
 /// `crate`. See
