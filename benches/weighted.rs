@@ -95,7 +95,8 @@ impl Tally {
     fn line(&self, engine: &str, mib: usize) -> String {
         let pct = |(h, r): (usize, usize)| 100.0 * h as f64 / r.max(1) as f64;
         let all = (self.small.0 + self.large.0, self.small.1 + self.large.1);
-        let bytes = |(h, r): (usize, usize), s: u32| (h as f64 * f64::from(s), r as f64 * f64::from(s));
+        let bytes =
+            |(h, r): (usize, usize), s: u32| (h as f64 * f64::from(s), r as f64 * f64::from(s));
         let (sb, st) = bytes(self.small, SMALL);
         let (lb, lt) = bytes(self.large, LARGE);
         format!(
@@ -118,13 +119,19 @@ fn cache() -> Cache {
     Cache::builder()
         .clock(Clock::manual())
         .loader(|id: Id<Bytes8>| async move {
-            Ok::<_, Infallible>(Some(Bytes8(Blob { len: size(id.payload()) })))
+            Ok::<_, Infallible>(Some(Bytes8(Blob {
+                len: size(id.payload()),
+            })))
         })
         .loader(|id: Id<Bytes32>| async move {
-            Ok::<_, Infallible>(Some(Bytes32(Blob { len: size(id.payload()) })))
+            Ok::<_, Infallible>(Some(Bytes32(Blob {
+                len: size(id.payload()),
+            })))
         })
         .loader(|id: Id<Bytes128>| async move {
-            Ok::<_, Infallible>(Some(Bytes128(Blob { len: size(id.payload()) })))
+            Ok::<_, Infallible>(Some(Bytes128(Blob {
+                len: size(id.payload()),
+            })))
         })
         .build()
         .expect("the cache builds")
@@ -146,7 +153,9 @@ macro_rules! echo {
                     .expect("the loader finds every id");
                 tally.read(n, fetched.source() == Source::Hit);
             }
-            let bound = <$table as echo_cache::Cached>::spec().max_bytes().expect("declared");
+            let bound = <$table as echo_cache::Cached>::spec()
+                .max_bytes()
+                .expect("declared");
             let weight = cache.figures::<$table>().weight.expect("a byte bound");
             assert!(weight <= bound as u64, "{weight} over {bound}");
             tally
@@ -195,7 +204,10 @@ fn main() {
         "| bound | engine | hits % | small % | large % | bytes % |\n|---|---|---|---|---|---|\n",
     );
     for mib in [8, 32, 128] {
-        for (engine, tally) in [("echo-cache", echo(&trace, mib)), ("quick_cache", quick(&trace, mib))] {
+        for (engine, tally) in [
+            ("echo-cache", echo(&trace, mib)),
+            ("quick_cache", quick(&trace, mib)),
+        ] {
             table.push_str(&tally.line(engine, mib));
             table.push('\n');
         }

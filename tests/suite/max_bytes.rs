@@ -43,7 +43,12 @@ struct Counted {
 }
 
 /// Declared without a byte bound: the builder sets one.
-#[near_cache(kind = "UNB", ttl_ms = 3_600_000, jitter = 0.0, name = "max_bytes_unbounded")]
+#[near_cache(
+    kind = "UNB",
+    ttl_ms = 3_600_000,
+    jitter = 0.0,
+    name = "max_bytes_unbounded"
+)]
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
 struct Unbounded {
     data: Vec<u8>,
@@ -86,12 +91,19 @@ fn cache() -> Cache {
 
 /// The weight of `T`'s rows, as its byte bound counts it.
 fn weight<T: Cached>(cache: &Cache) -> u64 {
-    cache.figures::<T>().weight.expect("a table with a byte bound")
+    cache
+        .figures::<T>()
+        .weight
+        .expect("a table with a byte bound")
 }
 
 async fn source<T: Cached>(cache: &Cache, id: u64) -> Source {
     let id = Id::<T>::from_payload(id);
-    cache.fetch(id).await.expect("the loader finds every id").source()
+    cache
+        .fetch(id)
+        .await
+        .expect("the loader finds every id")
+        .source()
 }
 
 #[tokio::test]

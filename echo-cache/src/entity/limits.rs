@@ -278,7 +278,9 @@ impl TableSpec {
         if let Some(max_bytes) = limits.max_bytes {
             spec.max_bytes = Some(max_bytes);
             if max_bytes == 0 {
-                faults.push(format!("`max_bytes` may not be 0: it is {MAX_BYTES_MEANING}"));
+                faults.push(format!(
+                    "`max_bytes` may not be 0: it is {MAX_BYTES_MEANING}"
+                ));
             }
         }
         if let Some(grace) = limits.stale_if_error_ms {

@@ -538,9 +538,8 @@ impl<T> Rows<T> {
     /// within it, all but `kept`'s (the row just written), by the clock
     /// hand and [`colder`]: no admission test, the new row is in.
     pub(super) fn shed(&self, array: &Array<T>, tally: &mut Tally, kept: u64, now: u64) {
-        let over = |tally: &Tally| {
-            (tally.weights.as_ref()).is_some_and(|w| w.bytes() > self.byte_share)
-        };
+        let over =
+            |tally: &Tally| (tally.weights.as_ref()).is_some_and(|w| w.bytes() > self.byte_share);
         if !over(tally) {
             return;
         }

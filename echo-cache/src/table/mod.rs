@@ -84,8 +84,8 @@ mod write;
 use land::{Detachable, Joining, Landing, panic_message};
 pub(crate) use loader::loader_with_ttl;
 pub use loader::{Declared, Loader, loader};
-pub use weight::{Weigher, weigher};
 pub(crate) use open::{AnyTable, Opened, Shared, open};
+pub use weight::{Weigher, weigher};
 
 pub(crate) use batch::{BatchLoader, batch_loader, batch_loader_with_ttl};
 
