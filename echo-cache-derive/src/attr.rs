@@ -2,7 +2,7 @@
 //!
 //! Nothing is judged here but the syntax: each key is one of the known
 //! keys, appears at most once and is given a literal (a path, for
-//! `loader`, `listener` and `tag`). Values are judged in `valid`; the loader's
+//! `loader`, `listener`, `tag` and `weigher`). Values are judged in `valid`; the loader's
 //! and the listener's types by the compiler. Every mistake is kept, so one run of the compiler reports them
 //! all.
 
@@ -70,6 +70,16 @@ pub(crate) const KEYS: &[Key] = &[
         name: "max_size",
         example: "100_000",
         meaning: "how many rows L1 keeps at most",
+    },
+    Key {
+        name: "max_bytes",
+        example: "64_000_000",
+        meaning: "how many bytes of values L1 keeps at most, by their weight",
+    },
+    Key {
+        name: "weigher",
+        example: "weigh_image",
+        meaning: "the function that weighs a value for `max_bytes`, in bytes",
     },
     Key {
         name: "eviction",
@@ -166,7 +176,7 @@ pub(crate) enum Value {
     Unreadable,
     /// The key's literal, and its entry's place in the list.
     Lit(At, Lit),
-    /// The key's path: `loader`, `listener` and `tag` take one.
+    /// The key's path: `loader`, `listener`, `tag` and `weigher` take one.
     Path(syn::ExprPath),
 }
 
@@ -203,6 +213,8 @@ pub(crate) struct Args {
     pub(crate) herd: Value,
     pub(crate) jitter: Value,
     pub(crate) max_size: Value,
+    pub(crate) max_bytes: Value,
+    pub(crate) weigher: Value,
     pub(crate) sweep_ms: Value,
     pub(crate) absent_ttl_ms: Value,
     pub(crate) load_timeout_ms: Value,
@@ -239,6 +251,8 @@ impl Args {
             "herd" => &mut self.herd,
             "jitter" => &mut self.jitter,
             "max_size" => &mut self.max_size,
+            "max_bytes" => &mut self.max_bytes,
+            "weigher" => &mut self.weigher,
             "sweep_ms" => &mut self.sweep_ms,
             "absent_ttl_ms" => &mut self.absent_ttl_ms,
             "load_timeout_ms" => &mut self.load_timeout_ms,
@@ -270,6 +284,8 @@ pub(crate) fn parse(tokens: TokenStream) -> Args {
         herd: Value::Absent,
         jitter: Value::Absent,
         max_size: Value::Absent,
+        max_bytes: Value::Absent,
+        weigher: Value::Absent,
         sweep_ms: Value::Absent,
         absent_ttl_ms: Value::Absent,
         load_timeout_ms: Value::Absent,
@@ -351,7 +367,7 @@ fn set(
             format!("`{name}` needs a value, like {}", example(&name)),
         ));
     };
-    *slot = if matches!(name.as_str(), "loader" | "listener" | "tag") {
+    *slot = if matches!(name.as_str(), "loader" | "listener" | "tag" | "weigher") {
         Value::Path(function_path(&name, value)?)
     } else {
         Value::Lit(at, literal(&name, value)?)
@@ -384,7 +400,7 @@ fn unknown(path: &syn::Path, name: &str, names: &[&str], guess: Option<&str>) ->
     )
 }
 
-/// The path `loader`, `listener` or `tag` (`name`) names: a function, written as
+/// The path `loader`, `listener`, `tag` or `weigher` (`name`) names: a function, written as
 /// it would be called.
 fn function_path(name: &str, value: Expr) -> syn::Result<syn::ExprPath> {
     let value = ungrouped(value);
@@ -403,6 +419,11 @@ fn function_path(name: &str, value: Expr) -> syn::Result<syn::ExprPath> {
              as an `async fn` and name it, like {}; a loader that needs state goes to \
              `Builder::loader`",
             example("loader")
+        ),
+        Expr::Closure(_) if name == "weigher" => format!(
+            "`weigher` takes the path of a function, not a closure: write the weigher \
+             as a `fn(&T) -> usize` and name it, like {}",
+            example(name)
         ),
         Expr::Closure(_) if name == "listener" => format!(
             "`{name}` takes the path of a function, not a closure: write the listener \

@@ -27,6 +27,10 @@ pub(crate) fn expand(decl: &Decl, input: &DeriveInput) -> TokenStream {
         let m = proc_macro2::Literal::u64_unsuffixed(m);
         quote!(#m)
     }));
+    let max_bytes = option(decl.max_bytes.map(|m| {
+        let m = proc_macro2::Literal::u64_unsuffixed(m);
+        quote!(#m)
+    }));
     let sweep_ms = option(decl.sweep_ms.map(|s| quote!(#s)));
     let absent_ttl_ms = option(decl.absent_ttl_ms.map(|a| quote!(#a)));
     let load_timeout_ms = option(decl.load_timeout_ms.map(|l| quote!(#l)));
@@ -41,6 +45,7 @@ pub(crate) fn expand(decl: &Decl, input: &DeriveInput) -> TokenStream {
     let loader = decl.loader.as_ref().map(loader);
     let listener = decl.listener.as_ref().map(listener);
     let tag = decl.tag.as_ref().map(tag);
+    let weigher = decl.weigher.as_ref().map(weigher);
 
     quote! {
         #input
@@ -63,6 +68,7 @@ pub(crate) fn expand(decl: &Decl, input: &DeriveInput) -> TokenStream {
                         ttl_ms: #ttl_ms,
                         jitter: #jitter,
                         max_size: #max_size,
+                        max_bytes: #max_bytes,
                         sweep_ms: #sweep_ms,
                         absent_ttl_ms: #absent_ttl_ms,
                         load_timeout_ms: #load_timeout_ms,
@@ -94,6 +100,7 @@ pub(crate) fn expand(decl: &Decl, input: &DeriveInput) -> TokenStream {
             impl __echo_private::Declared for #ident {
                 #loader
                 #listener
+                #weigher
             }
 
             #fetch
@@ -169,6 +176,19 @@ fn tag(path: &syn::ExprPath) -> TokenStream {
 
         fn __tag(&self) -> ::core::option::Option<__echo_private::Tag> {
             #call
+        }
+    }
+}
+
+/// The `__weigher` of the `Declared` impl: the declared weigher, a
+/// `fn(&Self) -> usize`. A function of another type is reported on its
+/// path.
+fn weigher(path: &syn::ExprPath) -> TokenStream {
+    let span = Span::call_site().located_at(path.span());
+    let erased = quote_spanned!(span=> __echo_private::weigher::<Self>(#path));
+    quote! {
+        fn __weigher() -> ::core::option::Option<__echo_private::Weigher<Self>> {
+            ::core::option::Option::Some(#erased)
         }
     }
 }

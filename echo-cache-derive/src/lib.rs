@@ -20,7 +20,9 @@ use proc_macro::TokenStream;
 /// optionally `loader` (the function that reads a missing row),
 /// `listener` (the function told when a row leaves L1), `tag` (the
 /// function that names the group a row belongs to), `coherence`,
-/// `placement`, `jitter`, `max_size`, `eviction`, `warm`, `herd`, `sweep_ms`,
+/// `placement`, `jitter`, `max_size`, `max_bytes`, `weigher` (the
+/// function that weighs a value for `max_bytes`), `eviction`, `warm`,
+/// `herd`, `sweep_ms`,
 /// `absent_ttl_ms`, `load_timeout_ms`, `lost_grace_ms`,
 /// `refresh_ms`, `idle_ms`, `stale_if_error_ms`, `name` and
 /// `crate`. See

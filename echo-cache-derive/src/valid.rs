@@ -60,6 +60,9 @@ pub(crate) struct Decl {
     pub(crate) herd: &'static str,
     pub(crate) jitter: Option<f64>,
     pub(crate) max_size: Option<u64>,
+    pub(crate) max_bytes: Option<u64>,
+    /// The weigher's path (`weigher = ...`), if declared.
+    pub(crate) weigher: Option<syn::ExprPath>,
     pub(crate) sweep_ms: Option<u64>,
     pub(crate) absent_ttl_ms: Option<u64>,
     pub(crate) load_timeout_ms: Option<u64>,
@@ -146,6 +149,9 @@ pub(crate) fn validate(mut args: Args, input: &DeriveInput) -> Result<Decl, Inva
     let jitter = (args.jitter.lit()).and_then(|(at, lit)| errors.check(at, jitter(lit)));
     let max_size =
         (args.max_size.lit()).and_then(|(at, lit)| errors.check(at, positive(lit, "max_size")));
+    let max_bytes =
+        (args.max_bytes.lit()).and_then(|(at, lit)| errors.check(at, positive(lit, "max_bytes")));
+    let weigher = args.weigher.path().cloned();
     let sweep_ms =
         (args.sweep_ms.lit()).and_then(|(at, lit)| errors.check(at, positive(lit, "sweep_ms")));
     let absent_ttl_ms = (args.absent_ttl_ms.lit())
@@ -217,6 +223,8 @@ pub(crate) fn validate(mut args: Args, input: &DeriveInput) -> Result<Decl, Inva
             herd,
             jitter,
             max_size,
+            max_bytes,
+            weigher,
             sweep_ms,
             absent_ttl_ms,
             load_timeout_ms,

@@ -51,7 +51,7 @@ pub mod __private {
     pub use crate::cache::directory::{DECLARATIONS, Declaration, SpecParts};
     pub use crate::entity::tag::tag_of;
     pub use crate::l1::{Listener, listener};
-    pub use crate::table::{Declared, Loader, loader};
+    pub use crate::table::{Declared, Loader, Weigher, loader, weigher};
     pub use crate::{
         Cache, Cached, Coherence, Error, Eviction, Fetch, Herd, Id, IdOf, Kind, Placement,
         TableSpec, Tag, Warm,

@@ -45,6 +45,7 @@ mod limits;
 mod listeners;
 mod loaders;
 mod lost_grace;
+mod max_bytes;
 mod refresh;
 mod schema;
 mod soft_timeout;

@@ -57,6 +57,7 @@ pub struct SpecParts {
     pub ttl_ms: u64,
     pub jitter: Option<f64>,
     pub max_size: Option<usize>,
+    pub max_bytes: Option<usize>,
     pub sweep_ms: Option<u64>,
     pub absent_ttl_ms: Option<u64>,
     pub load_timeout_ms: Option<u64>,
@@ -90,6 +91,7 @@ impl SpecParts {
                 Some(max_size) => max_size,
                 None => TableSpec::DEFAULT_MAX_SIZE,
             },
+            max_bytes: self.max_bytes,
             sweep_ms: match self.sweep_ms {
                 Some(sweep_ms) => sweep_ms,
                 None => TableSpec::DEFAULT_SWEEP_MS,

@@ -24,6 +24,7 @@ use crate::entity::spec::TableSpec;
 /// | [`ttl_ms`](Self::ttl_ms) | `ttl_ms` | > 0 |
 /// | [`jitter`](Self::jitter) | `jitter` | `0.0..=0.5` |
 /// | [`max_size`](Self::max_size) | `max_size` | > 0 |
+/// | [`max_bytes`](Self::max_bytes) | `max_bytes` | > 0 |
 /// | [`refresh_ms`](Self::refresh_ms) | `refresh_ms` | > 0, and less than the shortest life of a row, `ttl − ttl·jitter` (in force: a declared `refresh_ms` must fit an overridden `ttl_ms`) |
 /// | [`idle_ms`](Self::idle_ms) | `idle_ms` | > 0, and less than the shortest life of a row, `ttl − ttl·jitter` (in force: a declared `idle_ms` must fit an overridden `ttl_ms`) |
 /// | [`stale_if_error_ms`](Self::stale_if_error_ms) | `stale_if_error_ms` | at most `86_400_000` (a day) |
@@ -55,6 +56,7 @@ pub struct Limits {
     ttl_ms: Option<u64>,
     jitter: Option<f64>,
     max_size: Option<usize>,
+    max_bytes: Option<usize>,
     refresh_ms: Option<u64>,
     idle_ms: Option<u64>,
     stale_if_error_ms: Option<u64>,
@@ -69,6 +71,7 @@ impl Limits {
             ttl_ms: None,
             jitter: None,
             max_size: None,
+            max_bytes: None,
             refresh_ms: None,
             idle_ms: None,
             stale_if_error_ms: None,
@@ -95,6 +98,29 @@ impl Limits {
     /// The most rows kept in L1 (the attribute's `max_size`).
     pub const fn max_size(mut self, max_size: usize) -> Limits {
         self.max_size = Some(max_size);
+        self
+    }
+
+    /// The most bytes of values kept in L1, counted by their weight (the
+    /// attribute's `max_bytes`; see [A byte bound](crate#a-byte-bound)).
+    /// Sets a byte bound on a table declared without one too.
+    ///
+    /// ```standalone_crate
+    /// use echo_cache::{near_cache, Cache, Limits};
+    ///
+    /// #[near_cache(kind = "IMG", ttl_ms = 60_000, max_bytes = 64_000_000)]
+    /// #[derive(serde::Serialize, serde::Deserialize)]
+    /// pub struct Image { pub png: Vec<u8> }
+    ///
+    /// let cache = Cache::builder()
+    ///     .without_loader::<Image>()
+    ///     .limits::<Image>(Limits::new().max_bytes(8_000_000))
+    ///     .build()?;
+    /// assert_eq!(cache.tables()[0].spec.max_bytes(), Some(8_000_000));
+    /// # Ok::<(), echo_cache::Error>(())
+    /// ```
+    pub const fn max_bytes(mut self, max_bytes: usize) -> Limits {
+        self.max_bytes = Some(max_bytes);
         self
     }
 
@@ -207,6 +233,12 @@ impl Limits {
         self.idle_ms
     }
 
+    /// The `max_bytes` set, if any.
+    #[must_use]
+    pub const fn get_max_bytes(&self) -> Option<usize> {
+        self.max_bytes
+    }
+
     /// The `stale_if_error_ms` set, if any.
     #[must_use]
     pub const fn get_stale_if_error_ms(&self) -> Option<u64> {
@@ -229,6 +261,7 @@ impl Limits {
 /// The meanings the attribute's messages give its keys (its `attr.rs`).
 const TTL_MEANING: &str = "how long a row lives, in milliseconds";
 const MAX_SIZE_MEANING: &str = "how many rows L1 keeps at most";
+const MAX_BYTES_MEANING: &str = "how many bytes of values L1 keeps at most, by their weight";
 const REFRESH_MEANING: &str =
     "how long before its expiry a row read starts its refresh, in milliseconds";
 const IDLE_MEANING: &str = "how long a row lives unread, in milliseconds";
@@ -271,6 +304,14 @@ impl TableSpec {
             spec.max_size = max_size;
             if max_size == 0 {
                 faults.push(format!("`max_size` may not be 0: it is {MAX_SIZE_MEANING}"));
+            }
+        }
+        if let Some(max_bytes) = limits.max_bytes {
+            spec.max_bytes = Some(max_bytes);
+            if max_bytes == 0 {
+                faults.push(format!(
+                    "`max_bytes` may not be 0: it is {MAX_BYTES_MEANING}"
+                ));
             }
         }
         if let Some(grace) = limits.stale_if_error_ms {
@@ -416,6 +457,7 @@ mod tests {
             ttl_ms: 60_000,
             jitter: TableSpec::DEFAULT_JITTER,
             max_size: TableSpec::DEFAULT_MAX_SIZE,
+            max_bytes: None,
             sweep_ms: TableSpec::DEFAULT_SWEEP_MS,
             absent_ttl_ms: 0,
             load_timeout_ms: None,

@@ -287,6 +287,9 @@ pub struct TableSpec {
     pub(crate) ttl_ms: u64,
     pub(crate) jitter: f64,
     pub(crate) max_size: usize,
+    /// The most bytes of values L1 keeps, by their weight (`max_bytes`):
+    /// none if `None`.
+    pub(crate) max_bytes: Option<usize>,
     pub(crate) sweep_ms: u64,
     pub(crate) absent_ttl_ms: u64,
     /// `None`: the cache's [`Builder::load_timeout`](crate::Builder::load_timeout).
@@ -373,6 +376,24 @@ impl TableSpec {
     #[must_use]
     pub const fn max_size(&self) -> usize {
         self.max_size
+    }
+
+    /// Most bytes of values kept in L1, counted by their weight
+    /// (`max_bytes`), if the table declares a byte bound; see
+    /// [A byte bound](crate#a-byte-bound).
+    ///
+    /// ```standalone_crate
+    /// use echo_cache::{near_cache, Cached};
+    ///
+    /// #[near_cache(kind = "IMG", ttl_ms = 60_000, max_bytes = 64_000_000)]
+    /// #[derive(serde::Serialize, serde::Deserialize)]
+    /// pub struct Image { pub png: Vec<u8> }
+    ///
+    /// assert_eq!(Image::spec().max_bytes(), Some(64_000_000));
+    /// ```
+    #[must_use]
+    pub const fn max_bytes(&self) -> Option<usize> {
+        self.max_bytes
     }
 
     /// Period of the sweeper, in milliseconds.

@@ -11,6 +11,8 @@ use std::collections::VecDeque;
 use std::hash::BuildHasher;
 
 use super::removal::RemovalCause;
+use super::slot::Slot;
+use super::weights::Weights;
 use super::{Array, MARKING, REFRESHING, Rows, SHARDS, Tally, is_row, tombstone, update_mark};
 use crate::entity::spec::Eviction;
 use crate::l1::sketch::Sketch;
@@ -171,6 +173,23 @@ fn admits(estimate: u8, victim: &Victim, probation: bool) -> bool {
         2
     };
     estimate >= floor && estimate > victim.estimate.saturating_add(1)
+}
+
+/// Whether `candidate` is to go before `victim`: asked for less often
+/// or, in a table with a byte bound, less often a byte (its estimate plus
+/// one, over its weight): a large cold row yields before many small ones.
+fn colder<T>(
+    candidate: &Victim,
+    victim: &Victim,
+    weights: Option<&Weights>,
+    slots: &[Slot<T>],
+) -> bool {
+    let Some(weights) = weights else {
+        return candidate.estimate < victim.estimate;
+    };
+    let weight = |v: &Victim| weights.of(slots[v.index].key.load(Relaxed)) as u128;
+    let heat = |v: &Victim| u128::from(v.estimate) + 1;
+    heat(candidate) * weight(victim) < heat(victim) * weight(candidate)
 }
 
 /// A row the clock hand gives up.
@@ -359,7 +378,12 @@ impl<T> Rows<T> {
     /// was read since the hand last passed).
     fn victim(&self, array: &Array<T>, tally: &mut Tally, now: u64) -> Victim {
         let slots = array.slots();
-        let Tally { hand, sketch, .. } = tally;
+        let Tally {
+            hand,
+            sketch,
+            weights,
+            ..
+        } = tally;
         let sketch = sketch
             .as_mut()
             .expect("a full shard that evicts has a sketch");
@@ -422,7 +446,7 @@ impl<T> Rows<T> {
             }
             seen += 1;
             let candidate = estimate(i, mark);
-            if candidate.estimate < victim.estimate {
+            if colder(&candidate, &victim, weights.as_deref(), slots) {
                 victim = candidate;
             }
         }
@@ -510,6 +534,26 @@ impl<T> Rows<T> {
         tally.probation = Some(probation);
     }
 
+    /// Evicts rows of a shard over its share of `max_bytes` until it is
+    /// within it, all but `kept`'s (the row just written), by the clock
+    /// hand and [`colder`]: no admission test, the new row is in.
+    pub(super) fn shed(&self, array: &Array<T>, tally: &mut Tally, kept: u64, now: u64) {
+        let over =
+            |tally: &Tally| (tally.weights.as_ref()).is_some_and(|w| w.bytes() > self.byte_share);
+        if !over(tally) {
+            return;
+        }
+        tally.sketch.get_or_insert_with(|| Sketch::new(self.share));
+        while over(tally) && tally.rows > 1 {
+            let victim = self.victim(array, tally, now);
+            if array.slots()[victim.index].key.load(Relaxed) == kept {
+                continue;
+            }
+            self.evict(array, tally, &victim);
+            self.size.fetch_sub(1, Relaxed);
+        }
+    }
+
     /// Removes a victim's row; the caller accounts for the place it frees.
     fn evict(&self, array: &Array<T>, tally: &mut Tally, victim: &Victim) {
         let slot = &array.slots()[victim.index];
@@ -521,6 +565,7 @@ impl<T> Rows<T> {
             RemovalCause::Evicted
         };
         self.retire_row(slot, value, cause);
+        tally.forget(slot.key.load(Relaxed));
         tally.rows -= 1;
         if !victim.dead {
             self.evictions.fetch_add(1, Relaxed);

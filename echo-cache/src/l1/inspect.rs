@@ -42,6 +42,9 @@ pub(crate) struct Census {
     /// probation queues, and each live or dead value's `Arc` allocation
     /// (not what a value owns on the heap).
     pub(crate) bytes: u64,
+    /// The weight of its rows, as its byte bound counts it (`max_bytes`
+    /// only).
+    pub(crate) weight: Option<u64>,
     /// The soonest expiry of a live row, on the table's clock.
     pub(crate) next_expiry: Option<u64>,
 }
@@ -230,6 +233,11 @@ impl<T> Rows<T> {
                     .probation
                     .as_ref()
                     .map_or(0, |probation| probation.bytes());
+                if let Some(weights) = &tally.weights {
+                    bytes += weights.overhead();
+                    let weight = census.weight.unwrap_or(0);
+                    census.weight = Some(weight + weights.bytes() as u64);
+                }
             }
             let pin = epoch::pin();
             let Some(array) = self.pinned_array(&pin, i) else {

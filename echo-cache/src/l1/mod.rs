@@ -181,6 +181,7 @@ mod inspect;
 mod removal;
 pub(crate) mod sketch;
 mod slot;
+mod weights;
 mod write;
 
 use array::{Array, capacity_for, moved_hand};
@@ -197,6 +198,7 @@ use slot::{
 use crate::sync::Ordering::{Acquire, Relaxed};
 use crate::sync::{AtomicPtr, AtomicU64, AtomicUsize, Mutex, MutexGuard, fence};
 use evict::Probation;
+use weights::Weights;
 
 /// The hash of a key's shard, its probe's start and the sketch: foldhash's
 /// `quality` flavour under the table's random seed ([`random_hasher`]),
@@ -244,6 +246,8 @@ struct Tally {
     /// only). Boxed so that a shard stays small: a loom model builds a
     /// table on a 32 KiB stack, which 16 inline queues overflowed.
     probation: Option<Box<Probation>>,
+    /// The weights of its rows, in a table with a byte bound only.
+    weights: Option<Box<Weights>>,
 }
 
 #[repr(align(128))]
@@ -280,6 +284,9 @@ pub(crate) struct Rows<T> {
     /// the table is full, and its sketch.
     share: usize,
     eviction: Eviction,
+    /// A shard's share of `max_bytes`, which bounds the weight of its
+    /// rows; 0 without a byte bound.
+    byte_share: usize,
     /// Live rows evicted for new ones.
     evictions: AtomicU64,
     /// When a full table last looked for dead rows to reclaim.
@@ -401,10 +408,15 @@ impl<T> Rows<T> {
         Rows {
             shards: std::array::from_fn(|_| Shard {
                 array: AtomicPtr::new(ptr::null_mut()),
-                writer: Mutex::new(Tally::default()),
+                writer: Mutex::new(Tally {
+                    weights: spec.max_bytes.map(|_| Box::default()),
+                    ..Tally::default()
+                }),
                 // An idle table's hits look at every row (they may extend
-                // it), and mark it read, once, as they are there anyway.
-                watch_ms: AtomicU64::new(if spec.idle_ms > 0 {
+                // it), and mark it read, once, as they are there anyway; a
+                // byte bound may be reached at any count: hits mark the
+                // rows they read from the first.
+                watch_ms: AtomicU64::new(if spec.idle_ms > 0 || spec.max_bytes.is_some() {
                     MARKING
                 } else {
                     spec.refresh_ms.min(MARKING - 1)
@@ -420,6 +432,7 @@ impl<T> Rows<T> {
                 Eviction::None => usize::MAX,
             },
             eviction: spec.eviction,
+            byte_share: spec.max_bytes.map_or(0, |bytes| bytes.div_ceil(SHARDS)),
             evictions: AtomicU64::new(0),
             last_reclaim: AtomicU64::new(0),
             // A full table of live rows must not rescan on every miss.

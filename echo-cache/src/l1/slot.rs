@@ -49,6 +49,9 @@ pub(crate) struct Row<T> {
     /// not an absence, nor a value whose loader gave it a whole life within
     /// `refresh_ms`, which would be due at once, every time.
     pub(crate) refreshable: bool,
+    /// Its weight in bytes, in a table with a byte bound (`max_bytes`);
+    /// else 0, and not kept.
+    pub(crate) weight: usize,
 }
 
 /// The mark in a slot's stamp.

@@ -132,19 +132,35 @@ impl<T> Rows<T> {
                 (i, true) => Some(i),
                 (_, false) => None,
             });
+        let unweighable = !self.fits(&tally, key, row.weight);
         if let (Some(array), Some(i)) = (&array, found) {
             let slot = &array.slots()[i];
             let old = slot.value.load(Relaxed);
+            if is_row(old) && unweighable {
+                // Not kept: nor is the row it would replace.
+                let cause = replaced(slot, now);
+                slot.write(tombstone(), 0, 0, 0, None);
+                self.retire_row(slot, old, cause);
+                tally.forget(key);
+                tally.rows -= 1;
+                self.size.fetch_sub(1, Relaxed);
+                return Insert::Declined(row);
+            }
             if is_row(old) {
                 // A replacement: no room needed. The read bit stays; the
                 // new row's refresh is not started.
                 let mark = slot.mark() & !REFRESHING | self.refresh_mark(&row);
                 let cause = replaced(slot, now);
                 let (expires_at, deadline) = self.lifetime(array, i, row.expires_at, now);
+                let weight = row.weight;
                 slot.write(into_raw(row.value), row.version, expires_at, mark, deadline);
                 self.retire_row(slot, old, cause);
+                self.weigh(shard, &mut tally, key, weight, now);
                 return Insert::Kept;
             }
+        }
+        if unweighable {
+            return Insert::Declined(row);
         }
         match self.room(&mut tally, array.as_ref(), key, hash, now, count) {
             Room::Made => {}
@@ -153,10 +169,11 @@ impl<T> Rows<T> {
         }
         if let (Some(array), Some(i)) = (&array, found) {
             // The key's own tombstone.
-            let mark = self.new_mark(&row);
+            let (mark, weight) = (self.new_mark(&row), row.weight);
             let (expires_at, deadline) = self.lifetime(array, i, row.expires_at, now);
             array.slots()[i].write(into_raw(row.value), row.version, expires_at, mark, deadline);
             tally.rows += 1;
+            self.weigh(shard, &mut tally, key, weight, now);
             return Insert::Kept;
         }
         let capacity = array.as_ref().map_or(0, Array::capacity);
@@ -167,12 +184,13 @@ impl<T> Rows<T> {
             array.expect("a shard with capacity has an array")
         };
         let (i, _) = array.find(key, hash);
-        let mark = self.new_mark(&row);
+        let (mark, weight) = (self.new_mark(&row), row.weight);
         let (expires_at, deadline) = self.lifetime(&array, i, row.expires_at, now);
         let value = into_raw(row.value);
         array.slots()[i].claim(key, value, row.version, expires_at, mark, deadline);
         tally.claimed += 1;
         tally.rows += 1;
+        self.weigh(shard, &mut tally, key, weight, now);
         Insert::Kept
     }
 
@@ -337,6 +355,7 @@ impl<T> Rows<T> {
         let cause = cause(slot);
         slot.write(tombstone(), 0, 0, 0, None);
         self.retire_row(slot, value, cause);
+        tally.forget(key);
         tally.rows -= 1;
         self.size.fetch_sub(1, Relaxed);
         true
@@ -355,6 +374,7 @@ impl<T> Rows<T> {
                 if is_row(value) && dead(slot.expires_at()) {
                     slot.write(tombstone(), 0, 0, 0, None);
                     self.retire_row(slot, value, cause);
+                    tally.forget(slot.key.load(Relaxed));
                     tally.rows -= 1;
                     removed += 1;
                 }

@@ -31,6 +31,12 @@ pub struct Figures {
     /// `Vec`'s items): L1 keeps values decoded and does not know their
     /// encoded size.
     pub bytes: u64,
+    /// In a table with a byte bound (`max_bytes`), the weight of its rows
+    /// as the bound counts it: what the weigher said of each value, else
+    /// its encoded size (see [A byte bound](crate#a-byte-bound)); at most
+    /// `max_bytes`. `None` without a byte bound. [`bytes`](Self::bytes)
+    /// counts the weights' own bookkeeping (about 17 bytes a row).
+    pub weight: Option<u64>,
     /// How long until the live row nearest its expiry dies: the age of the
     /// oldest row, seen from the other end (a row lives `ttl_ms ±
     /// ttl·jitter`, or less if its loader or `put_with_ttl` gave it less).

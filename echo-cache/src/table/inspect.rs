@@ -46,6 +46,7 @@ impl<T> Table<T> {
             absent: census.absent,
             dead: census.dead,
             bytes: census.bytes,
+            weight: census.weight,
             next_expiry: census
                 .next_expiry
                 .map(|at| Duration::from_millis(at.saturating_sub(now))),

@@ -125,7 +125,8 @@ impl<T: Cached> Table<T> {
 
     /// A row of `value` (or of an absence) at `version`, inserted at `now`:
     /// it dies a jittered TTL later (the absence TTL for an absence), and
-    /// by `deadline` (see [`l1::expiry_within`]). A deadline shorter than
+    /// by `deadline` (see [`l1::expiry_within`]). Weighed, in a table with
+    /// a byte bound (an absence weighs nothing). A deadline shorter than
     /// the TTL is one of the row's own: the row dies a clock tick before
     /// it, since a reading may be a tick late, and the clock ticks finely
     /// until then ([`Clock::follow`]).
@@ -146,8 +147,14 @@ impl<T: Cached> Table<T> {
         if life_ms < ttl_ms {
             expires_at = expires_at.saturating_sub(self.clock.follow(now, life_ms));
         }
+        // Weighed here, before any lock is taken: the weigher is user code.
+        let weight = match (&self.weight, &value) {
+            (Some(weight), Some(value)) => weight.of(value),
+            _ => 0,
+        };
         Row {
             refreshable: value.is_some() && life_ms > self.spec.refresh_ms,
+            weight,
             value,
             version,
             expires_at,

@@ -28,6 +28,13 @@ pub trait Declared: Cached {
     fn __listener() -> Option<crate::l1::Listener<Self>> {
         None
     }
+
+    /// The weigher the declaration names (`weigher = ...`), if it names
+    /// one.
+    #[must_use]
+    fn __weigher() -> Option<super::Weigher<Self>> {
+        None
+    }
 }
 
 /// A type-erased loader of `T`: the value found, and how long it may live

@@ -79,12 +79,14 @@ pub(crate) mod token;
 mod trust;
 mod turns;
 mod warm;
+mod weight;
 mod write;
 
 use land::{Detachable, Joining, Landing, panic_message};
 pub(crate) use loader::loader_with_ttl;
 pub use loader::{Declared, Loader, loader};
 pub(crate) use open::{AnyTable, Opened, Shared, open};
+pub use weight::{Weigher, weigher};
 
 pub(crate) use batch::{BatchLoader, batch_loader, batch_loader_with_ttl};
 
@@ -112,6 +114,8 @@ pub(crate) struct Table<T> {
     clock: Clock,
     loader: Option<Loader<T>>,
     tier: Option<Tier<T>>,
+    /// How values are weighed, in a table with `max_bytes` only.
+    weight: Option<weight::Weight<T>>,
     /// How this node tells the others of its writes (with L2 only).
     announcer: Option<Announcer>,
     runtime: Option<Handle>,

@@ -14,6 +14,7 @@ use tokio::sync::Notify;
 
 use super::applied::Applied;
 use super::batch::{self, BatchLoader};
+use super::weight::Weight;
 use super::{Declared, Loader, Table};
 use crate::clock::Clock;
 use crate::coherence::{Announcer, Target};
@@ -138,9 +139,14 @@ pub(crate) fn open<T: Declared>(spec: &'static TableSpec, shared: &Shared) -> Op
         .load_timeout_ms
         .map_or(shared.load_timeout, Duration::from_millis);
     let tombstone_ttl = tombstone_ttl(spec, shared.tombstone_ttl, load_timeout);
+    let codec = Shared::take::<Arc<dyn Codec<T>>>(&shared.codecs, TypeId::of::<T>())
+        .unwrap_or_else(|| Arc::new(Postcard));
+    // A byte-bounded table weighs by its weigher, else by its codec.
+    let weight = spec.max_bytes.map(|_| match T::__weigher() {
+        Some(weigher) => Weight::Declared(weigher),
+        None => Weight::Encoded(Arc::clone(&codec)),
+    });
     let tier = shared.l2.as_ref().map(|server| {
-        let codec = Shared::take::<Arc<dyn Codec<T>>>(&shared.codecs, TypeId::of::<T>())
-            .unwrap_or_else(|| Arc::new(Postcard));
         Tier::new(
             Arc::clone(server),
             codec,
@@ -168,6 +174,7 @@ pub(crate) fn open<T: Declared>(spec: &'static TableSpec, shared: &Shared) -> Op
         clock: shared.clock.clone(),
         loader,
         tier,
+        weight,
         announcer,
         runtime: shared.runtime.clone(),
         trusted: AtomicBool::new(!coherent),

@@ -21,6 +21,7 @@ const fn spec(name: &'static str, kind: &'static str) -> TableSpec {
         ttl_ms: 60_000,
         jitter: 0.0,
         max_size: 100,
+        max_bytes: None,
         sweep_ms: 1_000,
         absent_ttl_ms: 0,
         load_timeout_ms: None,

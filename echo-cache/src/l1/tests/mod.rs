@@ -25,6 +25,7 @@ fn parts(max_size: usize, eviction: Eviction) -> crate::cache::directory::SpecPa
         ttl_ms: 1_000,
         jitter: None,
         max_size: Some(max_size),
+        max_bytes: None,
         sweep_ms: None,
         absent_ttl_ms: None,
         load_timeout_ms: None,
@@ -48,6 +49,7 @@ fn row(value: u64, version: u64, expires_at: u64) -> Row<u64> {
         version,
         expires_at,
         refreshable: true,
+        weight: 0,
     }
 }
 
@@ -165,6 +167,7 @@ fn a_remembered_absence_reads_as_a_live_row_without_a_value() {
         version: 4,
         expires_at: 100,
         refreshable: false,
+        weight: 0,
     };
     assert!(rows.insert(9, absent, 0).is_ok());
     assert_eq!(read(&rows, 9, 0), Some((None, 4)));
@@ -203,6 +206,7 @@ fn removed_values_are_dropped_once_no_reader_can_hold_them() {
             version: 1,
             expires_at: 100,
             refreshable: true,
+            weight: 0,
         };
         assert!(rows.insert(key, row, 0).is_ok());
     }
@@ -306,6 +310,7 @@ fn a_dead_row_stays_for_the_grace_and_no_longer() {
         ttl_ms: 1_000,
         jitter: None,
         max_size: Some(100),
+        max_bytes: None,
         sweep_ms: None,
         absent_ttl_ms: None,
         load_timeout_ms: None,

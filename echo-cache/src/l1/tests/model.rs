@@ -50,6 +50,7 @@ fn word(version: u64, expires_at: u64, drops: &Arc<AtomicUsize>) -> Row<Word> {
         version,
         expires_at,
         refreshable: true,
+        weight: 0,
     }
 }
 
@@ -60,6 +61,7 @@ fn absence(version: u64) -> Row<Word> {
         version,
         expires_at: 100,
         refreshable: false,
+        weight: 0,
     }
 }
 

@@ -77,6 +77,7 @@ fn readers_see_whole_rows_while_writers_rewrite_and_free_them() {
                                 version,
                                 expires_at: if version % 2 == 1 { 1 } else { 100 },
                                 refreshable: true,
+                                weight: 0,
                             };
                             assert!(rows.insert(key, row, 0).is_ok(), "no size bound");
                         }
@@ -163,6 +164,7 @@ fn readers_see_whole_rows_while_a_full_table_evicts() {
                         version: n + 1,
                         expires_at: 100,
                         refreshable: true,
+                        weight: 0,
                     };
                     drop(rows.insert(key, row, 0));
                     assert!(rows.len() <= 32);
@@ -203,6 +205,7 @@ fn a_rebuild_frees_the_old_array_once_the_reader_pinned_on_it_unpins() {
         version: 1,
         expires_at: 100,
         refreshable: false,
+        weight: 0,
     };
     let rows = rows(usize::MAX);
     let shard = rows.locate(0).0;
