@@ -19,7 +19,8 @@ use crate::l1::sketch::Sketch;
 use crate::sync::AtomicU64;
 use crate::sync::Ordering::Relaxed;
 
-/// Of the unmarked rows after the hand, how many the victim is chosen from.
+/// Of the unmarked rows after the hand, how many the victim is chosen from
+/// (in a table without a byte bound).
 const SAMPLE: usize = 4;
 /// How far past the hand's row the others are looked for.
 const LOOK_AHEAD: usize = 32;
@@ -319,7 +320,7 @@ impl<T> Rows<T> {
             self.make_probation_room(array, tally, key, now);
             return Room::Made;
         }
-        let victim = self.victim(array, tally, now);
+        let victim = self.victim(array, tally, now, None);
         if !victim.dead && !admits(estimate, &victim, self.probation_most() > 0) {
             // A shard short of its share (hashing spread a small table's
             // rows unevenly) may hold only hot rows while others hold cold
@@ -359,7 +360,7 @@ impl<T> Rows<T> {
                 if tally.sketch.is_none() {
                     tally.sketch = Some(Sketch::new(self.share));
                 }
-                let victim = self.victim(&array, &mut tally, now);
+                let victim = self.victim(&array, &mut tally, now, None);
                 if !victim.dead && !admits(estimate, &victim, self.probation_most() > 0) {
                     return false;
                 }
@@ -375,8 +376,9 @@ impl<T> Rows<T> {
     /// sketch): the first dead row it meets, else the first unmarked one
     /// or, of it and the next few unmarked rows, the least asked-for.
     /// Marked rows it passes are unmarked and counted in the sketch (each
-    /// was read since the hand last passed).
-    fn victim(&self, array: &Array<T>, tally: &mut Tally, now: u64) -> Victim {
+    /// was read since the hand last passed). Never `spared`'s row: the
+    /// shard must hold another.
+    fn victim(&self, array: &Array<T>, tally: &mut Tally, now: u64, spared: Option<u64>) -> Victim {
         let slots = array.slots();
         let Tally {
             hand,
@@ -395,7 +397,7 @@ impl<T> Rows<T> {
             *hand = array.next(i);
             steps = steps.saturating_sub(1);
             let slot = &slots[i];
-            if !is_row(slot.value.load(Relaxed)) {
+            if !is_row(slot.value.load(Relaxed)) || spared == Some(slot.key.load(Relaxed)) {
                 continue;
             }
             if now >= slot.expires_at() {
@@ -430,15 +432,26 @@ impl<T> Rows<T> {
             }
         };
         let mut victim = estimate(first, mark);
+        // Weights differ by orders where rows are weighed: a large cold row
+        // a few places on must not be missed for the small ones before it.
+        let sample = if weights.is_some() {
+            LOOK_AHEAD
+        } else {
+            SAMPLE
+        };
         let (mut i, mut seen) = (first, 1);
         for _ in 0..LOOK_AHEAD {
             i = array.next(i);
             let slot = &slots[i];
-            if seen == SAMPLE || i == first {
+            if seen == sample || i == first {
                 break;
             }
             let mark = slot.mark() & !REFRESHING;
-            if !is_row(slot.value.load(Relaxed)) || mark == READ || mark == NEW {
+            if !is_row(slot.value.load(Relaxed))
+                || mark == READ
+                || mark == NEW
+                || spared == Some(slot.key.load(Relaxed))
+            {
                 continue;
             }
             if now >= slot.expires_at() {
@@ -512,7 +525,7 @@ impl<T> Rows<T> {
             }
             made = true;
             if !dead && estimate >= 2 {
-                let victim = self.victim(array, tally, now);
+                let victim = self.victim(array, tally, now, None);
                 if victim.dead || admits(estimate, &victim, self.probation_most() > 0) {
                     self.evict(array, tally, &victim);
                     continue;
@@ -521,7 +534,7 @@ impl<T> Rows<T> {
             self.evict(array, tally, &Victim::unranked(i, dead));
         }
         if !made {
-            let victim = self.victim(array, tally, now);
+            let victim = self.victim(array, tally, now, None);
             self.evict(array, tally, &victim);
         }
         if probation.ids.len() == probation.ids.capacity() {
@@ -545,10 +558,7 @@ impl<T> Rows<T> {
         }
         tally.sketch.get_or_insert_with(|| Sketch::new(self.share));
         while over(tally) && tally.rows > 1 {
-            let victim = self.victim(array, tally, now);
-            if array.slots()[victim.index].key.load(Relaxed) == kept {
-                continue;
-            }
+            let victim = self.victim(array, tally, now, Some(kept));
             self.evict(array, tally, &victim);
             self.size.fetch_sub(1, Relaxed);
         }
