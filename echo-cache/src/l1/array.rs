@@ -83,8 +83,10 @@ impl<T> Array<T> {
             unsafe { slots.as_ptr().add(i).write(Slot::vacant()) };
             if deadlines {
                 // SAFETY: as above, past the slots.
-                unsafe { slots.as_ptr().add(capacity).cast::<AtomicU64>().add(i) }
-                    .write(AtomicU64::new(0));
+                unsafe {
+                    let deadline = slots.as_ptr().add(capacity).cast::<AtomicU64>().add(i);
+                    deadline.write(AtomicU64::new(0));
+                }
             }
         }
         Array { slots, capacity }
