@@ -548,17 +548,27 @@ impl<T> Rows<T> {
     }
 
     /// Evicts rows of a shard over its share of `max_bytes` until it is
-    /// within it, all but `kept`'s (the row just written), by the clock
-    /// hand and [`colder`]: no admission test, the new row is in.
+    /// within it, by the clock hand and [`colder`], sparing `kept` (the
+    /// row just written) as long as it is asked for more than each victim
+    /// ([`admits`], as a full table admits a new id): else `kept` goes
+    /// instead, and the rows it would have pushed out stay.
     pub(super) fn shed(&self, array: &Array<T>, tally: &mut Tally, kept: u64, now: u64) {
         let over =
             |tally: &Tally| (tally.weights.as_ref()).is_some_and(|w| w.bytes() > self.byte_share);
         if !over(tally) {
             return;
         }
-        tally.sketch.get_or_insert_with(|| Sketch::new(self.share));
+        let hash = self.hasher.hash_one(kept);
+        let sketch = tally.sketch.get_or_insert_with(|| Sketch::new(self.share));
+        let estimate = sketch.estimate(hash);
         while over(tally) && tally.rows > 1 {
-            let victim = self.victim(array, tally, now, Some(kept));
+            let mut victim = self.victim(array, tally, now, Some(kept));
+            if !victim.dead && !admits(estimate, &victim, false) {
+                let (i, found) = array.find(kept, hash);
+                if found {
+                    victim = Victim::unranked(i, false);
+                }
+            }
             self.evict(array, tally, &victim);
             self.size.fetch_sub(1, Relaxed);
         }
