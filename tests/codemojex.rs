@@ -28,7 +28,10 @@ fn workshop(dir: &tempfile::TempDir) -> Workshop {
 
 /// The moves that hold with or without a server.
 fn check_moves_1_to_3(report: &codemojex::Report) {
-    assert_eq!(report.declared, ["cm_emojisets", "cm_games", "cm_sessions"]);
+    assert_eq!(
+        report.declared,
+        ["cm_boards", "cm_emojisets", "cm_games", "cm_sessions"]
+    );
     let survived = &report.survived;
     assert_eq!(
         survived.herd_store_reads, 1,

@@ -17,6 +17,7 @@
 //! the story.
 
 pub mod cli;
+pub mod fleet;
 pub mod log;
 pub mod metrics;
 pub mod model;
@@ -48,6 +49,10 @@ pub struct Workshop {
     pub invalidate: bool,
     /// Concurrent guesses on one cold game, in move 3.
     pub herd: usize,
+    /// With L2: move 4's nodes as this many processes of this program
+    /// (`--nodes`), instead of two nodes in this process. The program is
+    /// run again as each node, so only the program itself sets it.
+    pub processes: Option<(fleet::Program, usize)>,
 }
 
 impl Workshop {
@@ -59,6 +64,7 @@ impl Workshop {
             stop_server: None,
             invalidate: true,
             herd: 5_000,
+            processes: None,
         }
     }
 }
@@ -74,6 +80,9 @@ pub struct Report {
     pub survived: Survived,
     /// Move 4.
     pub revocation: Revocation,
+    /// Move 4 with its nodes as processes: what they saw beside the
+    /// revocation.
+    pub fleet: Option<fleet::FleetReport>,
     /// Reads that fell back to the store because the cache erred.
     pub fallbacks: u64,
 }
@@ -99,7 +108,7 @@ pub const READY_BOUND: Duration = Duration::from_secs(5);
 pub async fn nodes(store: &Store, l2: Option<&str>) -> Result<(Node, Node), Failure> {
     let options = Options {
         l2: l2.map(str::to_owned),
-        clock: None,
+        ..Options::default()
     };
     let (a, b) = (
         Node::open("a", store, options.clone())?,
@@ -162,9 +171,15 @@ pub async fn nodes(store: &Store, l2: Option<&str>) -> Result<(Node, Node), Fail
 pub async fn run(workshop: Workshop) -> Result<Report, Failure> {
     let store = open_store(&workshop.db)?;
     match &workshop.l2 {
-        Some(url) => {
-            println!("# codemojex: two nodes, each its own L1, over the L2 server at {url}")
-        }
+        Some(url) => match &workshop.processes {
+            Some((_, nodes)) => println!(
+                "# codemojex: two nodes, each its own L1, over the L2 server at {url}; in move 4, \
+                 {nodes} processes"
+            ),
+            None => {
+                println!("# codemojex: two nodes, each its own L1, over the L2 server at {url}")
+            }
+        },
         None => println!(
             "# codemojex: L1 only (no server: set ECHO_CACHE_L2 or pass --own-server for L2)"
         ),
@@ -177,16 +192,34 @@ pub async fn run(workshop: Workshop) -> Result<Report, Failure> {
     let sessions: Vec<_> = store.live_sessions()?.into_iter().take(10).collect();
     let hit = moves::hit(&[&a, &b], &store, &games, &sessions).await?;
     let survived = moves::survive(&a, &store, sessions[0], workshop.herd).await?;
-    let revocation = moves::invalidate(
-        &a,
-        &b,
-        &store,
-        games[0],
-        workshop.l2.is_some(),
-        workshop.invalidate,
-        workshop.stop_server,
-    )
-    .await?;
+    let (revocation, fleet) = match (&workshop.processes, &workshop.l2) {
+        (Some((program, nodes)), Some(l2)) => {
+            let (revocation, fleet) = fleet::invalidate(
+                program,
+                *nodes,
+                l2,
+                &workshop.db,
+                &store,
+                games[0],
+                workshop.stop_server,
+            )
+            .await?;
+            (revocation, Some(fleet))
+        }
+        _ => {
+            let revocation = moves::invalidate(
+                &a,
+                &b,
+                &store,
+                games[0],
+                workshop.l2.is_some(),
+                workshop.invalidate,
+                workshop.stop_server,
+            )
+            .await?;
+            (revocation, None)
+        }
+    };
     // The caches publish their metrics every second by themselves; a
     // scrape of `--metrics` after the run sees its final counts.
     a.cache.publish_metrics();
@@ -196,6 +229,7 @@ pub async fn run(workshop: Workshop) -> Result<Report, Failure> {
         hit,
         survived,
         revocation,
+        fleet,
         fallbacks: a.fallbacks() + b.fallbacks(),
     })
 }
