@@ -5,6 +5,7 @@
 //! ```sh
 //! cargo run --example codemojex                      # L1 only
 //! cargo run --example codemojex -- --own-server      # two nodes over a valkey-server it starts
+//! cargo run --example codemojex -- --own-server --nodes 3   # move 4 on three processes
 //! ECHO_CACHE_L2=redis://127.0.0.1:6379 cargo run --example codemojex
 //! cargo run --example codemojex -- --own-server --serve --tasks 8 --seconds 10
 //! ```
@@ -12,7 +13,8 @@
 //! Every guess of the scorer reads a session, a game and its emoji set
 //! through three declared caches ([`model`]); the loaders read SQLite
 //! ([`store`]); a [`node`] is one cache over it. The moves ([`moves`])
-//! narrate what they do and return what they measured; the suite
+//! narrate what they do and return what they measured; with `--nodes`,
+//! move 4 runs on processes of the program ([`fleet`]); the suite
 //! (`tests/codemojex.rs`) runs them with and without a server and checks
 //! the story.
 
