@@ -7,6 +7,23 @@
 //! A child is the program run again with [`NODE`] in its environment (see
 //! [`child_if_asked`]): the same executable and arguments, so that it runs
 //! the same way whether `cargo run` or a test started the parent.
+//!
+//! The commands, and what a child answers (each answer on a line of its
+//! own, after `fleet> `):
+//!
+//! | command | the child | answers |
+//! |---|---|---|
+//! | `score GAME SESSION` | scores a guess | the verdict |
+//! | `revoke SESSION` | revokes it in SQLite, then `invalidate` | `revoked at=VERSION` |
+//! | `refusal GAME SESSION` | guesses until refused, within 2 s | `refused after_us=… health=…` or `accepted …` |
+//! | `game GAME` | reads the game | `source=…` |
+//! | `herd BOARD` | reads the board with 500 tasks at once | `herd answered=… loads=… flights=… fills=… l2=…` |
+//! | `lead BOARD PLAYER POINTS` | records a leader in SQLite, then `put` | `put at=VERSION sent_us=…` |
+//! | `invalidate-all` | `invalidate_all::<Board>()` | `invalidated at=VERSION sent_us=…` |
+//! | `reread BOARD CAUSE` | waits until its listener is told a board left L1 for `CAUSE`, then reads it | `left at_us=… source=… version=… leader=… points=… loads=…` or `kept` |
+//!
+//! A failed command answers `error …`. Times are microseconds of the
+//! machine's wall clock, which every process shares.
 
 use std::ffi::OsString;
 use std::io::{self, BufRead, BufReader, Write};
@@ -25,7 +42,7 @@ use crate::node::{Node, Options};
 use crate::store::Store;
 
 /// Set in a child's environment: its node's name. The L2 server's URL and
-/// the SQLite file come in [`L2`] and [`DB`].
+/// the SQLite file come in `CODEMOJEX_FLEET_L2` and `CODEMOJEX_FLEET_DB`.
 pub const NODE: &str = "CODEMOJEX_FLEET_NODE";
 const L2: &str = "CODEMOJEX_FLEET_L2";
 const DB: &str = "CODEMOJEX_FLEET_DB";
@@ -455,6 +472,7 @@ fn delivered(answer: &str, sent: &str) -> Option<Duration> {
     Some(Duration::from_micros(at.saturating_sub(sent)))
 }
 
+/// How long a process took to refuse a session (`after_us`).
 fn after(answer: &str) -> Option<Duration> {
     field(answer, "after_us")?
         .parse()
@@ -564,7 +582,7 @@ pub async fn invalidate(
         let how = if number(herd, "fills") > 0 {
             "it took the lease and loaded the board from the store"
         } else {
-            "it waited for the lease and read the frame another process loaded, from L2"
+            "another process held the lease: it read that one's frame from L2"
         };
         println!(
             "  process {}: {} readers answered by {} flight; {how} (store reads: {loads}).",
