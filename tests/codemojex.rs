@@ -28,7 +28,10 @@ fn workshop(dir: &tempfile::TempDir) -> Workshop {
 
 /// The moves that hold with or without a server.
 fn check_moves_1_to_3(report: &codemojex::Report) {
-    assert_eq!(report.declared, ["cm_emojisets", "cm_games", "cm_sessions"]);
+    assert_eq!(
+        report.declared,
+        ["cm_boards", "cm_emojisets", "cm_games", "cm_sessions"]
+    );
     let survived = &report.survived;
     assert_eq!(
         survived.herd_store_reads, 1,
@@ -238,6 +241,7 @@ fn the_command_line_explains_itself() {
         "Usage: codemojex",
         "--l2 <URL>",
         "--own-server",
+        "--nodes <N>",
         "--serve",
         "--metrics <ADDR>",
     ] {
@@ -260,6 +264,14 @@ fn the_command_line_explains_itself() {
         (
             &["--own-server", "--l2", "redis://127.0.0.1:6379"],
             "cannot be used with",
+        ),
+        (
+            &["--own-server", "--nodes", "1"],
+            "invalid value '1' for '--nodes <N>': 1 is not in 2..=8",
+        ),
+        (
+            &["--nodes", "3"],
+            "the following required arguments were not provided:\n  <--l2 <URL>|--own-server>",
         ),
     ] {
         let ran = program(args, bound);
@@ -420,6 +432,79 @@ fn serving_both_nodes_makes_every_revocation_and_shows_every_node() {
     }
     assert!(
         out.contains("fell back to the store (the cache erred): 0."),
+        "{out}"
+    );
+}
+
+#[test]
+fn move_4_on_three_processes_loads_once_and_every_process_hears_the_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("codemojex.sqlite3");
+    let ran = program(
+        &["--own-server", "--nodes", "3", "--db", db.to_str().unwrap()],
+        Duration::from_secs(120),
+    );
+    assert_eq!(ran.code, Some(0), "{}\n{}", ran.stdout, ran.stderr);
+    let out = &ran.stdout;
+    let lines = |starting: &str| -> Vec<&str> {
+        out.lines()
+            .filter(|line| line.trim_start().starts_with(starting))
+            .collect()
+    };
+    // Three processes of their own, none of them this test's.
+    let pids = out
+        .split_once("processes of this program (pids ")
+        .and_then(|(_, rest)| rest.split_once(')'))
+        .map(|(pids, _)| pids.split(", ").collect::<std::collections::BTreeSet<_>>())
+        .unwrap_or_else(|| panic!("the processes' ids: {out}"));
+    assert_eq!(pids.len(), 3, "{out}");
+    assert!(!pids.contains(std::process::id().to_string().as_str()));
+    // (a) The revocation on process 1, refused by the others.
+    for n in [2, 3] {
+        assert!(
+            out.contains(&format!("process {n} refuses mallory after")),
+            "{out}"
+        );
+    }
+    // (c) Every process herds on the cold board; the store reads it once.
+    let herds = lines("process 1: 500 readers")
+        .into_iter()
+        .chain(lines("process 2: 500 readers"))
+        .chain(lines("process 3: 500 readers"))
+        .count();
+    assert_eq!(herds, 3, "{out}");
+    assert!(
+        out.contains("Store reads of the board across the 3 processes: 1."),
+        "{out}"
+    );
+    // (b) The put's versioned message reaches the two others, which read
+    // the writer's version.
+    let put = out
+        .split_once("cache.put(id, board), at version ")
+        .map(|(_, rest)| &rest[..14])
+        .unwrap_or_else(|| panic!("the put's version: {out}"));
+    assert!(
+        out.contains(&format!(":{put}.")),
+        "the message carries it: {out}"
+    );
+    let heard = lines("process ")
+        .into_iter()
+        .filter(|line| line.contains("told InvalidatedRemotely"))
+        .filter(|line| line.ends_with(&format!("at version {put}: the writer's.")))
+        .count();
+    assert_eq!(heard, 2, "{out}");
+    // (d) invalidate_all: every process's L1 flushed, every one reads afresh.
+    let afresh = lines("process ")
+        .into_iter()
+        .filter(|line| line.contains("its L1 of cm_boards flushed"))
+        .filter(|line| line.ends_with("newer than the floor."))
+        .count();
+    assert_eq!(afresh, 3, "{out}");
+    assert!(
+        out.trim_end().ends_with(
+            "the revocation, fleet herd, versioned message and invalidate_all checks passed on \
+             every process."
+        ),
         "{out}"
     );
 }

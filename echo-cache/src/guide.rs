@@ -249,12 +249,23 @@
 //! meanwhile is kept by its node and delivered when the server is back.
 //! The workshop stops its own server to show it.
 //!
+//! **As a fleet runs it**, the nodes are processes:
+//! `cargo run --example codemojex -- --own-server --nodes 3` runs move 4 on
+//! three processes of the program. Beside the revoked session, a
+//! leaderboard declared `coherence = "broadcast"` and `herd = "fleet"`
+//! shows the rest: read cold by every process at once, it is loaded once
+//! for the fleet; a `put` on one process reaches the others as the message
+//! `<id>:<version>`, after which they read that version; and
+//! [`Cache::invalidate_all`](crate::Cache::invalidate_all) empties every
+//! process's L1 of the table.
+//!
 //! # Where next
 //!
 //! - `examples/codemojex/` reads as a small service: `model.rs` (the
 //!   declarations), `store.rs` (`SQLite`), `node.rs` (a cache and its
 //!   loaders, with a counted fallback to the store when the cache errs),
-//!   `moves.rs` (the narration), `serve.rs` (the `--serve` load
-//!   generator) and `metrics.rs` (the `--metrics` endpoint).
+//!   `moves.rs` (the narration), `fleet.rs` (move 4 on processes,
+//!   `--nodes`), `serve.rs` (the `--serve` load generator) and
+//!   `metrics.rs` (the `--metrics` endpoint).
 //! - The [crate docs](crate) hold the reference: every declaration key,
 //!   L2, the cluster, coherence and the guarantees with their figures.

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use clap::Parser;
 
+use crate::fleet::Program;
 use crate::moves::Failure;
 use crate::serve::{self, Load};
 use crate::server::OwnServer;
@@ -19,6 +20,7 @@ const EXAMPLES: &str = "\
 Examples:
   cargo run --example codemojex                          # L1 only
   cargo run --example codemojex -- --own-server          # two nodes over a server it starts
+  cargo run --example codemojex -- --own-server --nodes 3   # move 4 on three processes
   cargo run --example codemojex -- --l2 redis://127.0.0.1:6379
   cargo run --example codemojex -- --own-server --serve --tasks 8 --seconds 10
 
@@ -29,6 +31,7 @@ RUST_LOG filters the log (default: warn); a warning repeated is printed once.";
 /// under load with --serve.
 #[derive(Debug, Parser)]
 #[command(name = "codemojex", after_help = EXAMPLES)]
+#[command(group = clap::ArgGroup::new("server").args(["l2", "own_server"]))]
 pub struct Args {
     /// The SQLite database, created and seeded on first run [default: codemojex.sqlite3 in the
     /// temp dir]
@@ -46,6 +49,12 @@ pub struct Args {
     /// move 4 to show an outage
     #[arg(long)]
     pub own_server: bool,
+    /// Move 4's nodes as N processes of this program (2 to 8), over the L2 server (--own-server,
+    /// --l2 or ECHO_CACHE_L2): a session revoked, a fleet-wide herd, a versioned message and
+    /// invalidate_all, across processes
+    #[arg(long, value_name = "N", requires = "server", conflicts_with = "serve",
+          value_parser = clap::value_parser!(u16).range(2..=8))]
+    pub nodes: Option<u16>,
     /// Instead of the four moves: the scorer under load on both nodes, with a live board
     #[arg(long)]
     pub serve: bool,
@@ -84,6 +93,10 @@ fn listen_addr(given: &str) -> Result<SocketAddr, String> {
 /// its exit status: 0 when every check passed, 1 when one failed or the
 /// program could not run, 2 for a wrong command line.
 pub fn main(args: impl IntoIterator<Item = impl Into<OsString> + Clone>) -> u8 {
+    // A process of move 4's fleet (--nodes), run again by the program.
+    if let Some(status) = crate::fleet::child_if_asked() {
+        return status;
+    }
     let args = match Args::try_parse_from(args) {
         Ok(args) => args,
         Err(err) => {
@@ -156,14 +169,30 @@ async fn run(args: Args, server: Option<OwnServer>) -> Result<bool, Failure> {
         println!("\n{summary}");
         return Ok(summary.revoked == summary.intended_revocations);
     }
+    let processes = match args.nodes {
+        Some(nodes) => Some((Program::this()?, usize::from(nodes))),
+        None => None,
+    };
     let report = crate::run(Workshop {
         l2: l2.clone(),
+        processes,
         stop_server: server
             .map(|server| Box::new(move || server.stop()) as Box<dyn FnOnce() + Send>),
         ..Workshop::new(&db)
     })
     .await?;
-    let (passed, verdict) = verdict(&report, l2.is_some());
+    let (mut passed, mut verdict) = verdict(&report, l2.is_some());
+    if let Some(fleet) = &report.fleet {
+        passed &= fleet.passed();
+        verdict = match (passed, fleet.passed()) {
+            (true, _) => {
+                "the revocation, fleet herd, versioned message and invalidate_all checks \
+                          passed on every process."
+            }
+            (false, true) => verdict,
+            (false, false) => "FAILED: a check across the processes failed (see above).",
+        };
+    }
     println!("\nfallbacks to the store: {}; {verdict}", report.fallbacks);
     Ok(passed)
 }

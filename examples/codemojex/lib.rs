@@ -5,6 +5,7 @@
 //! ```sh
 //! cargo run --example codemojex                      # L1 only
 //! cargo run --example codemojex -- --own-server      # two nodes over a valkey-server it starts
+//! cargo run --example codemojex -- --own-server --nodes 3   # move 4 on three processes
 //! ECHO_CACHE_L2=redis://127.0.0.1:6379 cargo run --example codemojex
 //! cargo run --example codemojex -- --own-server --serve --tasks 8 --seconds 10
 //! ```
@@ -12,11 +13,13 @@
 //! Every guess of the scorer reads a session, a game and its emoji set
 //! through three declared caches ([`model`]); the loaders read SQLite
 //! ([`store`]); a [`node`] is one cache over it. The moves ([`moves`])
-//! narrate what they do and return what they measured; the suite
+//! narrate what they do and return what they measured; with `--nodes`,
+//! move 4 runs on processes of the program ([`fleet`]); the suite
 //! (`tests/codemojex.rs`) runs them with and without a server and checks
 //! the story.
 
 pub mod cli;
+pub mod fleet;
 pub mod log;
 pub mod metrics;
 pub mod model;
@@ -48,6 +51,10 @@ pub struct Workshop {
     pub invalidate: bool,
     /// Concurrent guesses on one cold game, in move 3.
     pub herd: usize,
+    /// With L2: move 4's nodes as this many processes of this program
+    /// (`--nodes`), instead of two nodes in this process. The program is
+    /// run again as each node, so only the program itself sets it.
+    pub processes: Option<(fleet::Program, usize)>,
 }
 
 impl Workshop {
@@ -59,6 +66,7 @@ impl Workshop {
             stop_server: None,
             invalidate: true,
             herd: 5_000,
+            processes: None,
         }
     }
 }
@@ -74,6 +82,9 @@ pub struct Report {
     pub survived: Survived,
     /// Move 4.
     pub revocation: Revocation,
+    /// Move 4 with its nodes as processes: what they saw beside the
+    /// revocation.
+    pub fleet: Option<fleet::FleetReport>,
     /// Reads that fell back to the store because the cache erred.
     pub fallbacks: u64,
 }
@@ -99,7 +110,7 @@ pub const READY_BOUND: Duration = Duration::from_secs(5);
 pub async fn nodes(store: &Store, l2: Option<&str>) -> Result<(Node, Node), Failure> {
     let options = Options {
         l2: l2.map(str::to_owned),
-        clock: None,
+        ..Options::default()
     };
     let (a, b) = (
         Node::open("a", store, options.clone())?,
@@ -162,9 +173,15 @@ pub async fn nodes(store: &Store, l2: Option<&str>) -> Result<(Node, Node), Fail
 pub async fn run(workshop: Workshop) -> Result<Report, Failure> {
     let store = open_store(&workshop.db)?;
     match &workshop.l2 {
-        Some(url) => {
-            println!("# codemojex: two nodes, each its own L1, over the L2 server at {url}")
-        }
+        Some(url) => match &workshop.processes {
+            Some((_, nodes)) => println!(
+                "# codemojex: two nodes, each its own L1, over the L2 server at {url}; in move 4, \
+                 {nodes} processes"
+            ),
+            None => {
+                println!("# codemojex: two nodes, each its own L1, over the L2 server at {url}")
+            }
+        },
         None => println!(
             "# codemojex: L1 only (no server: set ECHO_CACHE_L2 or pass --own-server for L2)"
         ),
@@ -177,16 +194,34 @@ pub async fn run(workshop: Workshop) -> Result<Report, Failure> {
     let sessions: Vec<_> = store.live_sessions()?.into_iter().take(10).collect();
     let hit = moves::hit(&[&a, &b], &store, &games, &sessions).await?;
     let survived = moves::survive(&a, &store, sessions[0], workshop.herd).await?;
-    let revocation = moves::invalidate(
-        &a,
-        &b,
-        &store,
-        games[0],
-        workshop.l2.is_some(),
-        workshop.invalidate,
-        workshop.stop_server,
-    )
-    .await?;
+    let (revocation, fleet) = match (&workshop.processes, &workshop.l2) {
+        (Some((program, nodes)), Some(l2)) => {
+            let (revocation, fleet) = fleet::invalidate(
+                program,
+                *nodes,
+                l2,
+                &workshop.db,
+                &store,
+                games[0],
+                workshop.stop_server,
+            )
+            .await?;
+            (revocation, Some(fleet))
+        }
+        _ => {
+            let revocation = moves::invalidate(
+                &a,
+                &b,
+                &store,
+                games[0],
+                workshop.l2.is_some(),
+                workshop.invalidate,
+                workshop.stop_server,
+            )
+            .await?;
+            (revocation, None)
+        }
+    };
     // The caches publish their metrics every second by themselves; a
     // scrape of `--metrics` after the run sees its final counts.
     a.cache.publish_metrics();
@@ -196,6 +231,7 @@ pub async fn run(workshop: Workshop) -> Result<Report, Failure> {
         hit,
         survived,
         revocation,
+        fleet,
         fallbacks: a.fallbacks() + b.fallbacks(),
     })
 }

@@ -1,5 +1,6 @@
-//! Move 1 — declare: the three caches of codemojex, and the scorer that
-//! reads all three on every guess.
+//! Move 1 — declare: the caches of codemojex, the scorer that reads three
+//! of them on every guess, and the leaderboard that move 4's processes
+//! share.
 
 use echo_cache::{Id, near_cache};
 use serde::{Deserialize, Serialize};
@@ -57,6 +58,30 @@ pub struct Session {
     pub player: String,
     /// Whether the session was revoked (logged out, banned…).
     pub revoked: bool,
+}
+
+/// A game's leaderboard: who leads, with how many points.
+///
+/// Mutable, and an expensive query of the store: when a leader changes,
+/// the writing node announces a versioned message, `<id>:<version>`,
+/// that every node applies newer-wins (coherence `broadcast`); and when a
+/// board is cold on every node at once, one node of the fleet loads it
+/// while the others wait for its frame in L2 (`herd = "fleet"`). Only
+/// move 4's processes open this table (`--nodes`).
+#[near_cache(
+    kind = "BRD",
+    name = "cm_boards",
+    ttl_ms = 600_000,
+    coherence = "broadcast",
+    herd = "fleet",
+    max_size = 10_000
+)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Board {
+    /// The leading player.
+    pub leader: String,
+    /// The leader's points.
+    pub points: u32,
 }
 
 /// What a guess scored: emojis in the right place, and emojis of the

@@ -18,8 +18,11 @@ pub type Failure = Box<dyn std::error::Error + Send + Sync>;
 /// Move 1 — declare: what the program declared, read back from the cache.
 pub fn declare(node: &Node) -> Vec<&'static TableSpec> {
     println!("\n## Move 1 — declare\n");
-    println!("Three types carry #[near_cache(...)]; the roster is gathered at link time:");
     let declared = echo_cache::declared();
+    println!(
+        "{} types carry #[near_cache(...)]; the roster is gathered at link time:",
+        declared.len()
+    );
     for spec in declared {
         println!(
             "  {:<13} kind {}  ttl {:>9} ms ±{:.0}%  coherence {:<9} max_size {:>6}  L2 key {}<id>",
@@ -42,8 +45,10 @@ pub fn declare(node: &Node) -> Vec<&'static TableSpec> {
     let tables = node.cache.tables();
     let loaded = tables.iter().filter(|table| table.has_loader).count();
     println!(
-        "The cache runs one table per declaration, {loaded} of {} with a loader: build() refuses \
-         a table with none, unless told it is filled by put alone.",
+        "Node {}'s cache opens the {} tables a guess reads (builder.open::<T>()), {loaded} with a \
+         loader: build() refuses a table with none, unless told it is filled by put alone. \
+         cm_boards is opened by move 4's processes (--nodes).",
+        node.name,
         tables.len()
     );
     println!(
@@ -167,8 +172,8 @@ pub async fn survive(
         "clockwork",
         store,
         Options {
-            l2: None,
             clock: Some(clock.clone()),
+            ..Options::default()
         },
     )?;
     let games = store.games()?;
@@ -412,7 +417,7 @@ async fn revoke(
 }
 
 /// How long until `node` refuses `session`, within [`REFUSAL_BOUND`].
-async fn refusal(
+pub(crate) async fn refusal(
     node: &Node,
     game: Id<Game>,
     session: Id<Session>,
@@ -428,11 +433,11 @@ async fn refusal(
 }
 
 /// A duration as a reader wants it: milliseconds, to a tenth.
-fn ms(duration: Duration) -> String {
+pub(crate) fn ms(duration: Duration) -> String {
     format!("{:.1} ms", duration.as_secs_f64() * 1_000.0)
 }
 
-fn health_name(health: Health) -> &'static str {
+pub(crate) fn health_name(health: Health) -> &'static str {
     match health {
         Health::Serving => "serving",
         Health::Full => "full",
@@ -443,7 +448,7 @@ fn health_name(health: Health) -> &'static str {
     }
 }
 
-fn source_name(source: Source) -> &'static str {
+pub(crate) fn source_name(source: Source) -> &'static str {
     match source {
         Source::Hit => "an L1 hit",
         Source::L2 => "read from L2",
@@ -453,7 +458,7 @@ fn source_name(source: Source) -> &'static str {
     }
 }
 
-fn health<T: Cached>(cache: &Cache) -> Health {
+pub(crate) fn health<T: Cached>(cache: &Cache) -> Health {
     let table = cache
         .tables()
         .into_iter()

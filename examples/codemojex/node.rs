@@ -6,9 +6,9 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-use echo_cache::{BoxError, Cache, Cached, Clock, Id};
+use echo_cache::{BoxError, Cache, Cached, Clock, Id, RemovalCause};
 
-use crate::model::{Game, Score, Session, Verdict};
+use crate::model::{Board, EmojiSet, Game, Score, Session, Verdict};
 use crate::store::{Store, StoreError};
 
 /// What a loader returns: the row, if the store has it.
@@ -25,17 +25,26 @@ pub struct Node {
     fallbacks: Arc<AtomicU64>,
 }
 
+/// Told of every leaderboard that leaves a node's L1, and why.
+pub type BoardListener = Arc<dyn Fn(Id<Board>, RemovalCause) + Send + Sync>;
+
 /// Where a node's cache sits.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Default)]
 pub struct Options {
     /// The L2 server's URL; `None` for L1 only.
     pub l2: Option<String>,
     /// A manual clock, to move time by hand (move 3).
     pub clock: Option<Clock>,
+    /// Whether it opens the leaderboards too (move 4's processes): the
+    /// scorer's nodes open only the three tables a guess reads.
+    pub boards: bool,
+    /// With `boards`: told of every board that leaves its L1.
+    pub board_listener: Option<BoardListener>,
 }
 
 impl Node {
-    /// Builds a node whose three loaders read `store`. They need the
+    /// Builds a node whose loaders read `store`, with a table for each
+    /// entity it reads (`open`). They need the
     /// store, so the builder gives them: a declaration's `loader = ...`
     /// names a function that needs nothing but the id.
     pub fn open(
@@ -45,9 +54,18 @@ impl Node {
     ) -> Result<Node, echo_cache::Error> {
         let mut builder = Cache::builder()
             .node_name(name)
+            .open::<Game>()
             .loader(read(store, Store::game))
+            .open::<EmojiSet>()
             .loader(read(store, Store::emoji_set))
+            .open::<Session>()
             .loader(read(store, Store::session));
+        if options.boards {
+            builder = builder.open::<Board>().loader(read(store, Store::board));
+            if let Some(listen) = options.board_listener {
+                builder = builder.listener(move |id, _: Arc<Board>, cause| listen(id, cause));
+            }
+        }
         if let Some(url) = options.l2 {
             builder = builder.l2(url);
         }

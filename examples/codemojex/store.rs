@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use echo_cache::Id;
 use rusqlite::{Connection, OptionalExtension, params};
 
-use crate::model::{EmojiSet, Game, Session};
+use crate::model::{Board, EmojiSet, Game, Session};
 
 /// The emoji sets every store is seeded with.
 const SETS: [(&str, &str); 4] = [
@@ -21,6 +21,9 @@ const SETS: [(&str, &str); 4] = [
     ("weather", "🌞🌧🌈🌪🌊❄🔥🌙"),
     ("sports", "⚽🏀🏈⚾🎾🏐🏉🎱"),
 ];
+
+/// How long the leaderboard query takes ([`Store::board`]).
+pub const BOARD_QUERY: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// An error of the store.
 pub type StoreError = rusqlite::Error;
@@ -41,6 +44,8 @@ pub struct Reads {
     pub emoji_sets: AtomicU64,
     /// Reads of `sessions`.
     pub sessions: AtomicU64,
+    /// Reads of `boards`.
+    pub boards: AtomicU64,
 }
 
 impl Reads {
@@ -57,6 +62,11 @@ impl Reads {
     /// Reads of `sessions` so far.
     pub fn sessions_now(&self) -> u64 {
         self.sessions.load(Relaxed)
+    }
+
+    /// Reads of `boards` so far.
+    pub fn boards_now(&self) -> u64 {
+        self.boards.load(Relaxed)
     }
 }
 
@@ -78,7 +88,9 @@ impl Store {
                  name TEXT PRIMARY KEY);
              CREATE TABLE IF NOT EXISTS sessions (
                  id TEXT PRIMARY KEY, player TEXT NOT NULL REFERENCES players(name),
-                 revoked INTEGER NOT NULL DEFAULT 0);",
+                 revoked INTEGER NOT NULL DEFAULT 0);
+             CREATE TABLE IF NOT EXISTS boards (
+                 id TEXT PRIMARY KEY, leader TEXT NOT NULL, points INTEGER NOT NULL);",
         )?;
         let store = Store {
             conn: Arc::new(Mutex::new(conn)),
@@ -165,6 +177,47 @@ impl Store {
             [session.to_string()],
         )?;
         Ok(())
+    }
+
+    /// Adds a leaderboard, led by `leader` with `points`.
+    pub fn new_board(&self, leader: &str, points: u32) -> Result<Id<Board>, StoreError> {
+        let id = Id::<Board>::mint();
+        let conn = self.conn.lock().unwrap();
+        conn.execute(
+            "INSERT INTO boards (id, leader, points) VALUES (?1, ?2, ?3)",
+            params![id.to_string(), leader, points],
+        )?;
+        Ok(id)
+    }
+
+    /// Records a new leader of a board. The caller tells the cache next.
+    pub fn set_board(&self, id: Id<Board>, leader: &str, points: u32) -> Result<(), StoreError> {
+        let conn = self.conn.lock().unwrap();
+        conn.execute(
+            "UPDATE boards SET leader = ?2, points = ?3 WHERE id = ?1",
+            params![id.to_string(), leader, points],
+        )?;
+        Ok(())
+    }
+
+    /// Reads a leaderboard: the program's expensive query. A real one
+    /// would rank every player's guesses; a pause of [`BOARD_QUERY`]
+    /// stands for it here, so that a herd on a cold board overlaps.
+    pub fn board(&self, id: Id<Board>) -> Result<Option<Board>, StoreError> {
+        self.reads.boards.fetch_add(1, Relaxed);
+        std::thread::sleep(BOARD_QUERY);
+        let conn = self.conn.lock().unwrap();
+        conn.query_row(
+            "SELECT leader, points FROM boards WHERE id = ?1",
+            [id.to_string()],
+            |row| {
+                Ok(Board {
+                    leader: row.get(0)?,
+                    points: row.get(1)?,
+                })
+            },
+        )
+        .optional()
     }
 
     /// Reads a game.
