@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::coherence_support;
-use crate::coherence_support::checker::{self, D, RUN_FOR};
+use crate::coherence_support::checker::{self, Bulk, D, RUN_FOR};
 use crate::coherence_support::{
     Broadcast, Durable, Entity, Plain, Sor, Tracked, bounded, eventually,
 };
@@ -705,5 +705,5 @@ async fn invalidate_all_on_a_cluster_spread() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stale_read_checker_durable_with_invalidate_all_on_a_cluster() {
     let cluster = RedisCluster::start(3, 0);
-    checker::two_nodes_bulk::<Durable>(|sor| node(&cluster, sor), ready).await;
+    checker::two_nodes_bulk::<Durable>(|sor| node(&cluster, sor), ready, Bulk::All).await;
 }
