@@ -5,18 +5,20 @@
 //! once a slot's owners stop redirecting it to each other, a slot held
 //! halfway migrated while one node writes and another reads, and a live
 //! reshard and a failover under a read/write load with no caller error and
-//! no read staler than the delivery bound.
+//! no read staler than the delivery bound; and `invalidate_all` and
+//! `invalidate_tag`, alone and mixed into the stale-read checker.
 
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::coherence_support;
-use crate::coherence_support::checker::{self, D, RUN_FOR};
+use crate::coherence_support::checker::{self, Bulk, D, RUN_FOR};
 use crate::coherence_support::{
     Broadcast, Durable, Entity, Plain, Sor, Tracked, bounded, eventually,
 };
-use echo_cache::{Builder, Cache, Cached, Id, Source, keyspace, near_cache};
+use crate::tags::{self, TagBroadcast, TagDurable, TagTracked, read};
+use echo_cache::{Builder, Cache, Cached, Coherence, Id, Source, keyspace, near_cache};
 use echo_cache_testkit::{ClusterNode, RedisCluster};
 
 /// `builder` with loaders of every table here that read `sor`.
@@ -30,15 +32,30 @@ fn loaders(builder: Builder, sor: &Sor) -> Builder {
         .loader(coherence_support::reads::<Spread>(sor))
 }
 
-/// A node on `cluster` whose loaders read `sor`, with short L2 bounds (a
-/// dead master costs a fetch that much before the loader answers).
-fn node(cluster: &RedisCluster, sor: &Sor) -> Cache {
+/// The builder of a node on `cluster` whose loaders read `sor`, with short
+/// L2 bounds (a dead master costs a fetch that much before the loader
+/// answers).
+fn on(cluster: &RedisCluster, sor: &Sor) -> Builder {
     let builder: Builder = Cache::builder()
         .l2_cluster(cluster.urls())
         .l2_timeout(Duration::from_millis(500))
         .fetch_timeout(Some(coherence_support::BOUND))
         .coherence_ping_every(coherence_support::PING_EVERY);
-    loaders(builder, sor).build().expect("cache builds")
+    loaders(builder, sor)
+}
+
+/// A node of [`on`].
+fn node(cluster: &RedisCluster, sor: &Sor) -> Cache {
+    on(cluster, sor).build().expect("cache builds")
+}
+
+/// A node of [`on`] with `T`'s table too (a tagged one of `tags.rs`).
+fn node_with<T: Entity>(cluster: &RedisCluster, sor: &Sor) -> Cache {
+    on(cluster, sor)
+        .open::<T>()
+        .loader(coherence_support::reads::<T>(sor))
+        .build()
+        .expect("cache builds")
 }
 
 async fn ready(nodes: &[Cache]) {
@@ -705,5 +722,98 @@ async fn invalidate_all_on_a_cluster_spread() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stale_read_checker_durable_with_invalidate_all_on_a_cluster() {
     let cluster = RedisCluster::start(3, 0);
-    checker::two_nodes_bulk::<Durable>(|sor| node(&cluster, sor), ready).await;
+    checker::two_nodes_bulk::<Durable>(|sor| node(&cluster, sor), ready, Bulk::All).await;
+}
+
+/// `invalidate_tag` on a cluster: node A fills ids of two tags of `T` and
+/// B holds them (read from L2); the system of record moves them all to
+/// revision 1 and A invalidates the first tag. A and a third node read its
+/// ids afresh at once (L2 tombstones the tag's frames, on the table's
+/// slot), B within the delivery bound; every node keeps the other tag's
+/// rows.
+async fn invalidate_tag_on_a_cluster<T: Entity>() {
+    let cluster = RedisCluster::start(3, 0);
+    let sor = Sor::default();
+    let nodes = [
+        node_with::<T>(&cluster, &sor),
+        node_with::<T>(&cluster, &sor),
+    ];
+    ready(&nodes).await;
+    let [a, b] = &nodes;
+    let tagged: Vec<Id<T>> = (0..15).map(|_| tags::id_in(0)).collect();
+    let others: Vec<Id<T>> = (0..15).map(|_| tags::id_in(1)).collect();
+    let ids = || tagged.iter().chain(&others).copied();
+    for id in ids() {
+        assert_eq!(read(a, id).await, (0, Source::Fill));
+    }
+    if T::spec().coherence() == Coherence::Tracking {
+        // The push of each of A's fills, which would drop B's row of it
+        // were it to come after B read the frame.
+        eventually("B to apply the pushes of A's fills", async || {
+            b.stats::<T>().invalidations == 30
+        })
+        .await;
+    }
+    for id in ids() {
+        assert_eq!(read(b, id).await, (0, Source::L2));
+        sor.bump(id.raw());
+    }
+    a.invalidate_tag::<T>(0).await.expect("invalidate_tag");
+    let c = node_with::<T>(&cluster, &sor);
+    ready(std::slice::from_ref(&c)).await;
+    for &id in &tagged {
+        assert_eq!(read(a, id).await, (1, Source::Fill), "A reads its own");
+        assert_eq!(
+            read(&c, id).await.0,
+            1,
+            "L2 serves no frame of the tag older than the invalidation"
+        );
+    }
+    for &id in &tagged {
+        eventually("B reads afresh", async || read(b, id).await.0 == 1).await;
+    }
+    for &id in &others {
+        let expected = [
+            ("A", a, Source::Hit),
+            ("B", b, Source::Hit),
+            ("C", &c, Source::L2),
+        ];
+        for (name, node, from) in expected {
+            assert_eq!(
+                read(node, id).await,
+                (0, from),
+                "{name} keeps another tag's row"
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalidate_tag_on_a_cluster_tracking() {
+    invalidate_tag_on_a_cluster::<TagTracked>().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalidate_tag_on_a_cluster_broadcast() {
+    invalidate_tag_on_a_cluster::<TagBroadcast>().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalidate_tag_on_a_cluster_durable() {
+    invalidate_tag_on_a_cluster::<TagDurable>().await;
+}
+
+/// The stale-read checker with tag invalidations mixed in, on a cluster:
+/// in `tracking`, whose nodes hear of a tag's invalidation not from a
+/// message but from the pushes of the slot's master (of the tag's floor
+/// and of its members' tombstones).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stale_read_checker_tracking_with_invalidate_tag_on_a_cluster() {
+    let cluster = RedisCluster::start(3, 0);
+    checker::two_nodes_bulk::<TagTracked>(
+        |sor| node_with::<TagTracked>(&cluster, sor),
+        ready,
+        Bulk::Tag(tags::group_of::<TagTracked>),
+    )
+    .await;
 }

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::coherence_support;
+use crate::coherence_support::checker::Bulk;
 use crate::coherence_support::{
     Broadcast, Durable, Entity, Plain, Sor, Tracked, bounded, builder, checker, eventually, health,
     linked,
@@ -245,6 +246,7 @@ async fn stale_read_checker<T: Entity>() {
                 ready(node).await;
             }
         },
+        Bulk::All,
     )
     .await;
 }

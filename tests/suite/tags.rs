@@ -2,15 +2,19 @@
 //! real server with several cache nodes, in every coherence mode: the
 //! writing node reads the tag afresh at once, the others as their mode
 //! delivers; L2 serves no frame of the tag older than it; a fill that read
-//! the system of record before it never lands; rows of other tags stay.
+//! the system of record before it never lands; rows of other tags stay;
+//! and the stale-read checker with tag invalidations mixed in.
 //!
-//! The cluster's case is in `cluster.rs`.
+//! The cluster's cases are in `cluster.rs`.
 
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::coherence_support::{Entity, Sor, bounded, builder, eventually, linked, with_loaders};
+use crate::coherence_support::checker::{self, Bulk};
+use crate::coherence_support::{
+    Entity, Sor, bounded, builder, eventually, linked, reads, with_loaders,
+};
 use crate::common::Gate;
 use echo_cache::{Cache, Cached, Coherence, Health, Id, Source, Tag};
 use echo_cache_testkit::RedisServer;
@@ -41,6 +45,9 @@ macro_rules! tagged {
             fn revision(&self) -> u64 {
                 self.revision
             }
+            fn of(id: Id<$entity>, revision: u64) -> $entity {
+                $entity { revision, group: group_of(id) }
+            }
         }
     };
 }
@@ -50,29 +57,14 @@ tagged!(TagTracked, "TGT", "tracking", "tag_tracked");
 tagged!(TagBroadcast, "TGB", "broadcast", "tag_broadcast");
 tagged!(TagDurable, "TGD", "durable", "tag_durable");
 
-/// A tagged entity: its group is its id's payload's parity.
-trait Grouped: Entity {
-    fn of(revision: u64, group: u64) -> Self;
-}
-
-macro_rules! grouped {
-    ($($entity:ident),*) => {$(
-        impl Grouped for $entity {
-            fn of(revision: u64, group: u64) -> $entity {
-                $entity { revision, group }
-            }
-        }
-    )*};
-}
-grouped!(TagPlain, TagTracked, TagBroadcast, TagDurable);
-
-/// The group of `id`.
-fn group_of<T: Cached>(id: Id<T>) -> u64 {
+/// The group of `id`, the tag of its rows ([`Entity::of`]): its payload's
+/// parity.
+pub fn group_of<T: Cached>(id: Id<T>) -> u64 {
     id.payload() % 2
 }
 
 /// An id of group `group`.
-fn id_in<T: Cached>(group: u64) -> Id<T> {
+pub fn id_in<T: Cached>(group: u64) -> Id<T> {
     loop {
         let id = Id::<T>::mint();
         if group_of(id) == group {
@@ -81,16 +73,8 @@ fn id_in<T: Cached>(group: u64) -> Id<T> {
     }
 }
 
-/// A loader of `T` reading `sor`, the row's group its id's.
-fn reads<T: Grouped>(
-    sor: &Sor,
-) -> impl Fn(Id<T>) -> std::future::Ready<Result<Option<T>, Infallible>> + Send + Sync + 'static {
-    let sor = sor.clone();
-    move |id| std::future::ready(Ok(Some(T::of(sor.get(id.raw()), group_of(id)))))
-}
-
 /// A node with `T`'s table, whose loader reads `sor`.
-fn node<T: Grouped>(server: &RedisServer, sor: &Sor) -> Cache {
+fn node<T: Entity>(server: &RedisServer, sor: &Sor) -> Cache {
     with_loaders(builder(server), sor)
         .open::<T>()
         .loader(reads::<T>(sor))
@@ -111,7 +95,7 @@ async fn ready<T: Cached>(cache: &Cache) {
 }
 
 /// What a fetch of `id` on `cache` answers: its revision and source.
-async fn read<T: Entity>(cache: &Cache, id: Id<T>) -> (u64, Source) {
+pub async fn read<T: Entity>(cache: &Cache, id: Id<T>) -> (u64, Source) {
     let fetched = cache.fetch(id).await.expect("fetch");
     (fetched.value().revision(), fetched.source())
 }
@@ -122,7 +106,7 @@ async fn read<T: Entity>(cache: &Cache, id: Id<T>) -> (u64, Source) {
 /// reads tag 0 afresh from L2's point of view (the frames tombstoned);
 /// B reads it afresh as `T`'s mode delivers (`none`: B keeps its row
 /// until its TTL, the documented limit) and keeps tag 1's row.
-async fn every_node_reads_afresh<T: Grouped>() {
+async fn every_node_reads_afresh<T: Entity>() {
     let server = RedisServer::start();
     let sor = Sor::default();
     let (a, b) = (node::<T>(&server, &sor), node::<T>(&server, &sor));
@@ -208,7 +192,7 @@ async fn every_node_reads_afresh_durable() {
 /// began before), but the fill lands nowhere: not in L2 (a third node
 /// reads revision 1), and, in a mode that tells B, not in B's L1. The
 /// same holds for a fill on A itself.
-async fn a_fill_that_read_before_never_lands<T: Grouped>() {
+async fn a_fill_that_read_before_never_lands<T: Entity>() {
     let server = RedisServer::start();
     let sor = Sor::default();
     let a = node::<T>(&server, &sor);
@@ -221,7 +205,7 @@ async fn a_fill_that_read_before_never_lands<T: Grouped>() {
             async move {
                 entered.notify_one();
                 gate.pass().await;
-                Ok::<_, Infallible>(Some(T::of(revision, group_of(id))))
+                Ok::<_, Infallible>(Some(T::of(id, revision)))
             }
         }
     };
@@ -283,6 +267,36 @@ async fn a_fill_that_read_before_never_lands_durable() {
     a_fill_that_read_before_never_lands::<TagDurable>().await;
 }
 
+/// The stale-read checker of a mode, with tag invalidations mixed in.
+async fn stale_read_checker<T: Entity>() {
+    let server = RedisServer::start();
+    checker::two_nodes_bulk::<T>(
+        |sor| node::<T>(&server, sor),
+        async |nodes: &[Cache]| {
+            for node in nodes {
+                ready::<T>(node).await;
+            }
+        },
+        Bulk::Tag(group_of::<T>),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stale_read_checker_tracking_with_invalidate_tag() {
+    stale_read_checker::<TagTracked>().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stale_read_checker_broadcast_with_invalidate_tag() {
+    stale_read_checker::<TagBroadcast>().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stale_read_checker_durable_with_invalidate_tag() {
+    stale_read_checker::<TagDurable>().await;
+}
+
 /// Without L2, on one node: a fill under way when the tag is invalidated
 /// answers its caller but never installs, rows of other tags stay, and a
 /// late (older) invalidation of the tag changes nothing.
@@ -300,7 +314,7 @@ async fn without_l2_a_fill_under_way_never_installs() {
                     entered.notify_one();
                     gate.pass().await;
                 }
-                Ok::<_, Infallible>(Some(TagPlain::of(revision, group_of(id))))
+                Ok::<_, Infallible>(Some(TagPlain::of(id, revision)))
             }
         }
     };

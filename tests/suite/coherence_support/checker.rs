@@ -82,20 +82,57 @@ pub async fn run<T: Entity>(
     d: Duration,
     disturb: impl Future<Output = Option<Outage>>,
 ) {
-    run_with::<T>(nodes, sor, run_for, d, disturb, false).await;
+    run_with::<T>(nodes, sor, run_for, d, disturb, None).await;
+}
+
+/// A write of many ids at once, mixed in with the checker's puts and
+/// invalidations.
+#[derive(Debug)]
+pub enum Bulk<T: Entity> {
+    /// [`Cache::invalidate_all`]: every id.
+    All,
+    /// [`Cache::invalidate_tag`] of the tag of an id drawn at random, the
+    /// ids of that tag by this function (the table's `tag` function of the
+    /// value [`Entity::of`] the id).
+    Tag(fn(Id<T>) -> u64),
+}
+
+// Not derived: that would ask `T: Copy`.
+impl<T: Entity> Clone for Bulk<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<T: Entity> Copy for Bulk<T> {}
+
+impl<T: Entity> Bulk<T> {
+    /// Draws what a bulk write covers among `ids` (by `rng`): the indices
+    /// of the ids covered, and the tag to invalidate (none: the table).
+    fn covers(self, ids: &[Id<T>], rng: &mut Rng) -> (Vec<usize>, Option<u64>) {
+        match self {
+            Bulk::All => ((0..ids.len()).collect(), None),
+            Bulk::Tag(tag_of) => {
+                let tag = tag_of(ids[rng.below(ids.len())]);
+                let covered = (0..ids.len()).filter(|&i| tag_of(ids[i]) == tag);
+                (covered.collect(), Some(tag))
+            }
+        }
+    }
 }
 
 /// [`run`], and with `bulk`, one write in [`BULK_EVERY`] is a bulk write:
-/// the writer bumps the revision of every id in the system of record, then
-/// calls [`Cache::invalidate_all`] on the first node; once that is
-/// acknowledged every id's new revision is held against the readers.
+/// the writer bumps the revision of every id it covers in the system of
+/// record, then makes it on the first node ([`Cache::invalidate_all`] or
+/// [`Cache::invalidate_tag`]); once that is acknowledged those ids' new
+/// revisions are held against the readers.
 pub async fn run_with<T: Entity>(
     nodes: &[Cache],
     sor: &Sor,
     run_for: Duration,
     d: Duration,
     disturb: impl Future<Output = Option<Outage>>,
-    bulk: bool,
+    bulk: Option<Bulk<T>>,
 ) {
     let ids: Arc<Vec<Id<T>>> = Arc::new((0..IDS).map(|_| Id::mint()).collect());
     let start = Instant::now();
@@ -107,12 +144,20 @@ pub async fn run_with<T: Entity>(
             let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
             let mut acks: Vec<Vec<(u64, Instant)>> = vec![Vec::new(); IDS];
             while Instant::now() < until {
-                if bulk && rng.below(BULK_EVERY) == 0 {
-                    let revisions: Vec<u64> = ids.iter().map(|id| sor.bump(id.raw())).collect();
-                    match a.invalidate_all::<T>().await {
+                if let Some(bulk) = bulk
+                    && rng.below(BULK_EVERY) == 0
+                {
+                    let (covered, tag) = bulk.covers(&ids, &mut rng);
+                    let revisions: Vec<u64> =
+                        covered.iter().map(|&i| sor.bump(ids[i].raw())).collect();
+                    let written = match tag {
+                        None => a.invalidate_all::<T>().await,
+                        Some(tag) => a.invalidate_tag::<T>(tag).await,
+                    };
+                    match written {
                         Ok(_) => {
                             let at = Instant::now();
-                            for (i, revision) in revisions.into_iter().enumerate() {
+                            for (i, revision) in covered.into_iter().zip(revisions) {
                                 acks[i].push((revision, at));
                             }
                         }
@@ -125,7 +170,7 @@ pub async fn run_with<T: Entity>(
                 let i = rng.below(IDS);
                 let revision = sor.bump(ids[i].raw());
                 let written = if rng.below(2) == 0 {
-                    a.put(ids[i], T::at(revision)).await.map(drop)
+                    a.put(ids[i], T::of(ids[i], revision)).await.map(drop)
                 } else {
                     a.invalidate(ids[i]).await.map(drop)
                 };
@@ -240,16 +285,18 @@ pub async fn two_nodes<T: Entity>(node: impl Fn(&Sor) -> Cache, ready: impl Asyn
     run::<T>(&nodes, &sor, RUN_FOR, D, std::future::ready(None)).await;
 }
 
-/// [`two_nodes`] with bulk writes ([`run_with`]): table-wide invalidations
-/// mixed in with the puts and invalidations.
+/// [`two_nodes`] with `bulk` writes ([`run_with`]): table-wide or tag
+/// invalidations mixed in with the puts and invalidations.
 pub async fn two_nodes_bulk<T: Entity>(
     node: impl Fn(&Sor) -> Cache,
     ready: impl AsyncFn(&[Cache]),
+    bulk: Bulk<T>,
 ) {
     let sor = Sor::default();
     let nodes = [node(&sor), node(&sor)];
     ready(&nodes).await;
-    run_with::<T>(&nodes, &sor, RUN_FOR, D, std::future::ready(None), true).await;
+    let undisturbed = std::future::ready(None);
+    run_with::<T>(&nodes, &sor, RUN_FOR, D, undisturbed, Some(bulk)).await;
 }
 
 /// The server away: from `began` to `ended`; a write acknowledged meanwhile

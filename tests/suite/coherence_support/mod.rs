@@ -30,6 +30,13 @@ pub const PING_EVERY: Duration = Duration::from_millis(200);
 pub trait Entity: Cached + Clone + Debug + PartialEq {
     fn at(revision: u64) -> Self;
     fn revision(&self) -> u64;
+
+    /// The value of `id` at `revision`: [`at`](Entity::at), unless the
+    /// row carries more that its id decides (a tagged table's group).
+    fn of(id: Id<Self>, revision: u64) -> Self {
+        let _ = id;
+        Self::at(revision)
+    }
 }
 
 /// Declares an [`Entity`]: a table of `$coherence` (a 10-minute TTL)
@@ -126,7 +133,7 @@ pub fn reads<T: Entity>(
     sor: &Sor,
 ) -> impl Fn(Id<T>) -> std::future::Ready<Result<Option<T>, Infallible>> + Send + Sync + 'static {
     let sor = sor.clone();
-    move |id| std::future::ready(Ok(Some(T::at(sor.get(id.raw())))))
+    move |id| std::future::ready(Ok(Some(T::of(id, sor.get(id.raw())))))
 }
 
 /// Waits until the coherence link of `cache` is up ([`Cache::ready`]):
