@@ -117,6 +117,14 @@ async fn every_node_reads_afresh<T: Entity>() {
         assert_eq!(read(&a, id).await, (0, Source::Fill));
         sor.bump(id.raw());
     }
+    if T::spec().coherence() == Coherence::Tracking {
+        // The push of each of A's fills, which would drop B's row of it
+        // were it to come after B read the frame.
+        eventually("B to apply the pushes of A's fills", async || {
+            b.stats::<T>().invalidations == 3
+        })
+        .await;
+    }
     assert_eq!(read(&b, held).await, (0, Source::L2));
     assert_eq!(read(&b, other).await, (0, Source::L2));
 
