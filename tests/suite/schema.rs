@@ -21,9 +21,15 @@ use echo_cache::{Builder, Cache, Cached, Id, Source, keyspace};
 use echo_cache_testkit::RedisServer;
 use redis::AsyncCommands;
 
+/// An entity the builds' values hold an id of: an id is text to the probe
+/// that traces a value's shape, whatever it holds.
+#[echo_cache::near_cache(kind = "SOW", ttl_ms = 60_000, name = "schema_owner")]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub struct Owner;
+
 /// The old build.
 mod v1 {
-    use echo_cache::near_cache;
+    use echo_cache::{Id, near_cache};
 
     #[near_cache(kind = "GVA", ttl_ms = 60_000, name = "schema_v1")]
     #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -36,6 +42,7 @@ mod v1 {
         pub lives: u32,
         pub score: u32,
         pub moves: Vec<Move>,
+        pub owner: Id<super::Owner>,
     }
 
     #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -50,6 +57,7 @@ mod v1 {
                 lives: 3,
                 score: 1_200,
                 moves: vec![Move::Swap { from: 1, to: 2 }],
+                owner: Id::from_payload(7),
             },
         }
     }
@@ -57,7 +65,7 @@ mod v1 {
 
 /// The old build again, as another table: the same stamp.
 mod same {
-    use echo_cache::near_cache;
+    use echo_cache::{Id, near_cache};
 
     #[near_cache(kind = "GSA", ttl_ms = 60_000, name = "schema_same")]
     #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -70,6 +78,7 @@ mod same {
         pub lives: u32,
         pub score: u32,
         pub moves: Vec<Move>,
+        pub owner: Id<super::Owner>,
     }
 
     #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -84,6 +93,7 @@ mod same {
                 lives: 30,
                 score: 12,
                 moves: vec![],
+                owner: Id::from_payload(7),
             },
         }
     }
@@ -92,7 +102,7 @@ mod same {
 /// A newer build: the fields of `Rules` reordered. The old bytes would
 /// decode, with `lives` and `score` swapped.
 mod reordered {
-    use echo_cache::near_cache;
+    use echo_cache::{Id, near_cache};
 
     #[near_cache(kind = "GRO", ttl_ms = 60_000, name = "schema_reordered")]
     #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -105,6 +115,7 @@ mod reordered {
         pub score: u32,
         pub lives: u32,
         pub moves: Vec<Move>,
+        pub owner: Id<super::Owner>,
     }
 
     #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -119,6 +130,7 @@ mod reordered {
                 score: 1_200,
                 lives: 3,
                 moves: vec![Move::Swap { from: 1, to: 2 }],
+                owner: Id::from_payload(7),
             },
         }
     }
@@ -128,7 +140,7 @@ mod reordered {
 /// `Rules` reordered (not its first variant). The old bytes would decode,
 /// with `from` and `to` swapped.
 mod variant {
-    use echo_cache::near_cache;
+    use echo_cache::{Id, near_cache};
 
     #[near_cache(kind = "GVR", ttl_ms = 60_000, name = "schema_variant")]
     #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -141,6 +153,7 @@ mod variant {
         pub lives: u32,
         pub score: u32,
         pub moves: Vec<Move>,
+        pub owner: Id<super::Owner>,
     }
 
     #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -155,6 +168,7 @@ mod variant {
                 lives: 3,
                 score: 1_200,
                 moves: vec![Move::Swap { to: 2, from: 1 }],
+                owner: Id::from_payload(7),
             },
         }
     }

@@ -13,6 +13,7 @@
 //! [`RawId`] is the untyped form (kind + payload), used for versions and for
 //! ids whose kind is only known at run time.
 
+use std::cell::Cell;
 use std::cmp::Ordering;
 use std::fmt;
 use std::hash::{Hash, Hasher};
@@ -203,14 +204,72 @@ impl Serialize for RawId {
 
 impl<'de> Deserialize<'de> for RawId {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_str(IdVisitor(|bytes: &[u8]| RawId::parse(bytes)))
+        deserializer.deserialize_str(IdVisitor(PhantomData))
+    }
+}
+
+thread_local! {
+    /// Whether this thread traces the shape of a table's values (see
+    /// [`tracing`]).
+    static TRACING: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Runs `f` with this thread reading every id as a placeholder: the probe
+/// that traces a value's shape (`l2::shape`) offers texts that are no id
+/// of the kind a field asks for, and an id's shape is its text's whatever
+/// it holds. Only where the text is not an id: a valid one reads as it is.
+pub(crate) fn tracing<R>(f: impl FnOnce() -> R) -> R {
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            TRACING.set(self.0);
+        }
+    }
+    let _restore = Restore(TRACING.replace(true));
+    f()
+}
+
+/// What an id is read into: a [`RawId`] or an [`Id<T>`].
+trait ReadId: Sized {
+    fn parse(bytes: &[u8]) -> Result<Self, IdError>;
+    /// What a text that is no id reads as while the shape is traced.
+    fn placeholder() -> Self;
+}
+
+impl ReadId for RawId {
+    fn parse(bytes: &[u8]) -> Result<Self, IdError> {
+        RawId::parse(bytes)
+    }
+
+    fn placeholder() -> Self {
+        RawId::new(Kind::new("PRB"), 0)
+    }
+}
+
+impl<T: Cached> ReadId for Id<T> {
+    fn parse(bytes: &[u8]) -> Result<Self, IdError> {
+        Id::parse(bytes)
+    }
+
+    fn placeholder() -> Self {
+        Id::from_payload(0)
     }
 }
 
 /// Accepts an id written as a string or as bytes, whichever the format has.
-struct IdVisitor<F>(F);
+struct IdVisitor<V>(PhantomData<V>);
 
-impl<V, F: FnOnce(&[u8]) -> Result<V, IdError>> Visitor<'_> for IdVisitor<F> {
+impl<V: ReadId> IdVisitor<V> {
+    fn read<E: de::Error>(bytes: &[u8]) -> Result<V, E> {
+        match V::parse(bytes) {
+            Ok(id) => Ok(id),
+            Err(_) if TRACING.get() => Ok(V::placeholder()),
+            Err(err) => Err(E::custom(err)),
+        }
+    }
+}
+
+impl<V: ReadId> Visitor<'_> for IdVisitor<V> {
     type Value = V;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -218,11 +277,11 @@ impl<V, F: FnOnce(&[u8]) -> Result<V, IdError>> Visitor<'_> for IdVisitor<F> {
     }
 
     fn visit_str<E: de::Error>(self, v: &str) -> Result<V, E> {
-        (self.0)(v.as_bytes()).map_err(E::custom)
+        Self::read(v.as_bytes())
     }
 
     fn visit_bytes<E: de::Error>(self, v: &[u8]) -> Result<V, E> {
-        (self.0)(v).map_err(E::custom)
+        Self::read(v)
     }
 }
 
@@ -419,7 +478,7 @@ impl<T: Cached> Serialize for Id<T> {
 
 impl<'de, T: Cached> Deserialize<'de> for Id<T> {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_str(IdVisitor(|bytes: &[u8]| Id::<T>::parse(bytes)))
+        deserializer.deserialize_str(IdVisitor(PhantomData))
     }
 }
 

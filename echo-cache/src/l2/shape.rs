@@ -21,6 +21,11 @@
 //! enums take a variant that does not lead back into it, so every pass
 //! ends; the outer occurrence has already written the type in full.
 //!
+//! An id ([`Id`](crate::Id), [`RawId`](crate::RawId)) is text to the
+//! probe, whatever it holds: no text offered is an id of the kind a field
+//! asks for, so while a shape is traced an id that does not parse reads as
+//! a placeholder (`entity::id::tracing`), and a value holding ids traces.
+//!
 //! Some types cannot be traced: one read through `deserialize_any`
 //! (untagged or internally tagged enums, `#[serde(flatten)]`, a
 //! `serde_json::Value`), one whose `Deserialize` refuses every value the
@@ -48,6 +53,8 @@ use serde::de::{
     self, DeserializeOwned, DeserializeSeed, EnumAccess, IntoDeserializer, MapAccess, SeqAccess,
     VariantAccess, Visitor,
 };
+
+use crate::entity::id;
 
 /// Passes at most, restarts included: enough for enums of hundreds of
 /// variants, or a few nested levels of dozens.
@@ -78,7 +85,7 @@ const BYTES: [&[u8]; 2] = [&[], &[0; 16]];
 pub(crate) fn trace<T: DeserializeOwned>() -> Result<u64> {
     // The probe runs the type's own `Deserialize`: a panic there means
     // "cannot be traced", not a cache that fails to build.
-    catch_unwind(AssertUnwindSafe(trace_passes::<T>))
+    catch_unwind(AssertUnwindSafe(|| id::tracing(trace_passes::<T>)))
         .unwrap_or_else(|_| Err(Untraceable::Custom("its Deserialize panicked".into())))
 }
 
