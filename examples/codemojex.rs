@@ -10,7 +10,7 @@
 //! ```
 //!
 //! The program is in `examples/codemojex/`: its flags in `cli.rs`, the
-//! moves in `moves.rs`, move 4 on processes (`--nodes`) in `fleet.rs`, the
+//! moves in `moves.rs`, move 4 on processes (`--nodes`) in `fleet/`, the
 //! load in `serve.rs`. `RUST_LOG` filters the log (default `warn`).
 
 use std::process::ExitCode;

@@ -264,7 +264,7 @@
 //! - `examples/codemojex/` reads as a small service: `model.rs` (the
 //!   declarations), `store.rs` (`SQLite`), `node.rs` (a cache and its
 //!   loaders, with a counted fallback to the store when the cache errs),
-//!   `moves.rs` (the narration), `fleet.rs` (move 4 on processes,
+//!   `moves.rs` (the narration), `fleet/` (move 4 on processes,
 //!   `--nodes`), `serve.rs` (the `--serve` load generator) and
 //!   `metrics.rs` (the `--metrics` endpoint).
 //! - The [crate docs](crate) hold the reference: every declaration key,
