@@ -254,6 +254,11 @@ impl<T: Cached> Tier<T> {
         self.found(key, read.frame, read.floor, counters)
     }
 
+    /// Whether L2 is a cluster.
+    pub(crate) fn on_cluster(&self) -> bool {
+        self.server.is_cluster()
+    }
+
     /// Whether the table's reads and writes check its floor: on one
     /// server, not on a cluster (see the module doc).
     pub(crate) fn floored(&self) -> bool {
