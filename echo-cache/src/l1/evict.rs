@@ -193,6 +193,24 @@ fn colder<T>(
     heat(candidate) * weight(victim) < heat(victim) * weight(candidate)
 }
 
+/// Whether `candidate` is to go before `victim`, of the rows the hand
+/// looks at: one it passed twice unread before one read since it last
+/// passed it, then the [`colder`]. A new hot set's rows are read between
+/// passes while the old set's keep the counts they earned: without the
+/// first rule the hand keeps the old set (a moving hot set at 10k rows:
+/// +0.75 points; weighted rows at 8 MiB: +4.8).
+fn goes_first<T>(
+    candidate: &Victim,
+    victim: &Victim,
+    weights: Option<&Weights>,
+    slots: &[Slot<T>],
+) -> bool {
+    if candidate.stale != victim.stale {
+        return candidate.stale;
+    }
+    colder(candidate, victim, weights, slots)
+}
+
 /// A row the clock hand gives up.
 struct Victim {
     index: usize,
@@ -202,6 +220,8 @@ struct Victim {
     estimate: u8,
     /// Whether `estimate` was lowered for passes of the hand unread.
     decayed: bool,
+    /// Whether the hand passed it twice or more since it was last read.
+    stale: bool,
 }
 
 impl Victim {
@@ -217,6 +237,7 @@ impl Victim {
             dead,
             estimate: 0,
             decayed: false,
+            stale: false,
         }
     }
 }
@@ -374,7 +395,8 @@ impl<T> Rows<T> {
 
     /// The row a shard's clock hand gives up (the shard has rows and a
     /// sketch): the first dead row it meets, else the first unmarked one
-    /// or, of it and the next few unmarked rows, the least asked-for.
+    /// or, of it and the next few unmarked rows, the first to go by
+    /// [`goes_first`]: one long unread, then the least asked-for.
     /// Marked rows it passes are unmarked and counted in the sketch (each
     /// was read since the hand last passed). Never `spared`'s row: the
     /// shard must hold another.
@@ -429,6 +451,7 @@ impl<T> Rows<T> {
                 dead: false,
                 estimate: ranked,
                 decayed: ranked < raw,
+                stale: idle(mark) > 0,
             }
         };
         let mut victim = estimate(first, mark);
@@ -459,7 +482,7 @@ impl<T> Rows<T> {
             }
             seen += 1;
             let candidate = estimate(i, mark);
-            if colder(&candidate, &victim, weights.as_deref(), slots) {
+            if goes_first(&candidate, &victim, weights.as_deref(), slots) {
                 victim = candidate;
             }
         }
@@ -548,7 +571,7 @@ impl<T> Rows<T> {
     }
 
     /// Evicts rows of a shard over its share of `max_bytes` until it is
-    /// within it, by the clock hand and [`colder`], sparing `kept` (the
+    /// within it, by the clock hand and [`goes_first`], sparing `kept` (the
     /// row just written) as long as it is asked for more than each victim
     /// ([`admits`], as a full table admits a new id): else `kept` goes
     /// instead, and the rows it would have pushed out stay.

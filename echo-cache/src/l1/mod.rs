@@ -100,10 +100,12 @@
 //!   once; a marked row is unmarked (and counted in the sketch: it was
 //!   read) and spared, and so is a row new since the hand last passed
 //!   (its mark says so, it is not counted: a hot set that moved on must
-//!   not outlast the new one for its old counts); the first unmarked row, or the least asked-for of
-//!   it and the next few unmarked ones, is the victim; a row's count is
-//!   halved for every two passes of the hand it was not read since (a hot
-//!   set that moved on loses its rank as fast as rows are evicted).
+//!   not outlast the new one for its old counts); the first unmarked row,
+//!   or one of it and the next few unmarked ones, is the victim: one the
+//!   hand passed twice since it was last read before one read since,
+//!   then the least asked-for; a row's count is halved for every two
+//!   passes of the hand it was not read since (a hot set that moved on
+//!   loses its rank as fast as rows are evicted).
 //! - The admission test: the victim goes only if the id was asked for at
 //!   least three times (its first ask had its chance on probation) and
 //!   more often than the victim plus one: one-off ids (a scan) do not pass
