@@ -118,15 +118,17 @@
 //! `benches/hit_ratio.rs` (2M reads a trace; points against the best of
 //! moka, `quick_cache` and ten libCacheSim algorithms: LRU, ARC, LIRS, 2Q,
 //! S3-FIFO, SIEVE, W-TinyLFU, `ClockPro`, Cacheus, `LeCaR`), at 1k / 10k /
-//! 100k rows: Zipf 0.8 -1.2 / -0.1 / -0.2 to -1.0 (from run to run),
-//! Zipf 0.99 -0.5 / +0.1 / -0.6, Zipf with scans -0.3 / -0.2 / -0.2 to
-//! -0.6, a loop 1.1 times the table -0.1 / +0.2 / +0.9, recency-biased
-//! +0.5 / +0.5 / -0.1, a hot set moving wholesale -1.7 / -1.3 / -0.7 to
-//! -1.6 (LRU holds every hot id there, and is Belady's bound: sharding
-//! pins each shard's rows to its count when the table filled, and a row
-//! that leaves probation unread goes before a stale ranked row). Before
-//! the adaptive window: recency -6.7 / -1.8 / -0.5, moving -2.1 / -7.0 /
-//! -10.0; with it but new rows unmarked (the clock's victim often the new
+//! 100k rows (`benches/results/hit_ratio.md`, 2026-12-07): Zipf 0.8 -1.3
+//! / -0.1 / -0.4 to -0.7 (from run to run), Zipf 0.99 -0.6 / +0.1 / -0.6
+//! to -0.7, Zipf with scans -0.3 / -0.2 / -0.2 to -0.5, a loop 1.1 times
+//! the table -0.1 / +0.2 to +0.9 / +0.9, recency-biased +0.1 / -0.0 /
+//! -0.1, a hot set moving wholesale -1.6 / -0.5 to -0.6 / -0.5 to -1.0
+//! (LRU holds every hot id there, and is Belady's bound: sharding pins
+//! each shard's rows to its count when the table filled, which costs most
+//! at 1k rows, 62 a shard). Before the clock's victim was one passed
+//! twice unread first: moving -1.7 / -1.4 / -1.1. Before the adaptive
+//! window: recency -6.7 / -1.8 / -0.5, moving -2.1 / -7.0 / -10.0; with
+//! it but new rows unmarked (the clock's victim often the new
 //! row, least asked-for): moving -2.1 / -3.5 / -2.0.
 //!
 //! The victim's value is retired like any removed value: freed by the
