@@ -176,29 +176,14 @@ fn admits(estimate: u8, victim: &Victim, probation: bool) -> bool {
     estimate >= floor && estimate > victim.estimate.saturating_add(1)
 }
 
-/// Whether `candidate` is to go before `victim`: asked for less often
-/// or, in a table with a byte bound, less often a byte (its estimate plus
-/// one, over its weight): a large cold row yields before many small ones.
-fn colder<T>(
-    candidate: &Victim,
-    victim: &Victim,
-    weights: Option<&Weights>,
-    slots: &[Slot<T>],
-) -> bool {
-    let Some(weights) = weights else {
-        return candidate.estimate < victim.estimate;
-    };
-    let weight = |v: &Victim| weights.of(slots[v.index].key.load(Relaxed)) as u128;
-    let heat = |v: &Victim| u128::from(v.estimate) + 1;
-    heat(candidate) * weight(victim) < heat(victim) * weight(candidate)
-}
-
 /// Whether `candidate` is to go before `victim`, of the rows the hand
 /// looks at: one it passed twice unread before one read since it last
-/// passed it, then the [`colder`]. A new hot set's rows are read between
-/// passes while the old set's keep the counts they earned: without the
-/// first rule the hand keeps the old set (a moving hot set at 10k rows:
-/// +0.75 points; weighted rows at 8 MiB: +4.8).
+/// passed it; then one asked for less often or, in a table with a byte
+/// bound, less often a byte (its estimate plus one, over its weight): a
+/// large cold row yields before many small ones. A new hot set's rows are
+/// read between passes while the old set's keep the counts they earned:
+/// without the first rule the hand keeps the old set (a moving hot set at
+/// 10k rows: +0.75 points; weighted rows at 8 MiB: +4.8).
 fn goes_first<T>(
     candidate: &Victim,
     victim: &Victim,
@@ -208,7 +193,12 @@ fn goes_first<T>(
     if candidate.stale != victim.stale {
         return candidate.stale;
     }
-    colder(candidate, victim, weights, slots)
+    let Some(weights) = weights else {
+        return candidate.estimate < victim.estimate;
+    };
+    let weight = |v: &Victim| weights.of(slots[v.index].key.load(Relaxed)) as u128;
+    let heat = |v: &Victim| u128::from(v.estimate) + 1;
+    heat(candidate) * weight(victim) < heat(victim) * weight(candidate)
 }
 
 /// A row the clock hand gives up.
