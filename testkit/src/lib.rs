@@ -61,7 +61,8 @@
 //!
 //! Server output (its log) goes to [`RedisServer::log_path`]; when a test
 //! panics while a fixture is alive, the fixture prints the log's tail to
-//! stderr as it drops.
+//! stderr as it drops, then the panic's message again (a CI log that keeps
+//! only the output's tail shows both).
 //!
 //! # Cluster
 //!
@@ -135,6 +136,7 @@ use std::time::Duration;
 mod binary;
 mod cluster;
 mod error;
+mod last_panic;
 mod launch;
 mod port;
 mod process;

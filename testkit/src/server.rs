@@ -10,6 +10,7 @@ use std::io;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::Child;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -17,6 +18,7 @@ use std::time::{Duration, Instant};
 use tempfile::TempDir;
 
 use crate::binary::{binary, major_version};
+use crate::last_panic;
 use crate::launch::{Launch, Spec};
 use crate::port::{Reservation, reserve_port};
 use crate::process::{log_tail, raw_command, signal, tail_section, wait_stopped};
@@ -187,6 +189,7 @@ impl RedisServerBuilder {
             };
             match spec.launch(self.startup_timeout, attempt) {
                 Ok(child) => {
+                    last_panic::remember();
                     return Ok(RedisServer {
                         port,
                         _reservation: reservation,
@@ -201,6 +204,7 @@ impl RedisServerBuilder {
                             child: Some(child),
                             paused: false,
                         }),
+                        log_told: AtomicBool::new(false),
                         dir,
                     });
                 }
@@ -248,6 +252,8 @@ pub struct RedisServer {
     /// The TLS port, if [`RedisServerBuilder::tls`] asked for one.
     tls_port: Option<u16>,
     _tls_reservation: Option<Reservation>,
+    /// Whether the log's tail was printed for a failing test already.
+    log_told: AtomicBool,
     // Last, so it is removed after `Drop::drop` has killed the server.
     dir: TempDir,
 }
@@ -531,13 +537,10 @@ impl RedisServer {
     fn log_section(&self) -> String {
         tail_section(&self.log_path)
     }
-}
 
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        let state = self.state.get_mut().unwrap_or_else(|p| p.into_inner());
-        state.kill();
-        if thread::panicking() {
+    /// While a test panics: prints the log's tail, once.
+    pub(crate) fn tell_log(&self) {
+        if thread::panicking() && !self.log_told.swap(true, Ordering::Relaxed) {
             eprintln!(
                 "echo-cache-testkit: {} {} on port {}, {}",
                 self.binary.display(),
@@ -546,6 +549,15 @@ impl Drop for RedisServer {
                 self.log_section()
             );
         }
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        let state = self.state.get_mut().unwrap_or_else(|p| p.into_inner());
+        state.kill();
+        self.tell_log();
+        last_panic::say_again();
     }
 }
 

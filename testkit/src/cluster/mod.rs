@@ -91,6 +91,17 @@ impl Turn {
     }
 }
 
+impl Drop for RedisCluster {
+    /// While a test panics: every node's log, then the panic again (the
+    /// nodes drop after this, without printing their logs twice).
+    fn drop(&mut self) {
+        for node in &self.nodes {
+            node.tell_log();
+        }
+        crate::last_panic::say_again();
+    }
+}
+
 impl Drop for Turn {
     fn drop(&mut self) {
         let (running, stopped) = &TURNS;
