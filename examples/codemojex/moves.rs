@@ -206,12 +206,20 @@ pub async fn survive(
 
     // The sweeper: let every row die, and watch memory come back.
     clock.advance(Duration::from_secs(ttl * 2));
-    let swept = eventually(Duration::from_secs(5), || {
+    let sweeps = eventually(Duration::from_secs(5), || {
         let stats = clockwork.cache.stats::<Game>();
-        (stats.size == 0).then_some(stats.swept)
+        (stats.size == 0).then_some(stats.sweeps)
     })
     .await
     .ok_or("the sweeper did not reclaim the dead rows within 5 s")?;
+    // A sweep counts what it removed once it is done, then itself: after
+    // one more sweep, `swept` holds every row of the last one.
+    let swept = eventually(Duration::from_secs(5), || {
+        let stats = clockwork.cache.stats::<Game>();
+        (stats.sweeps > sweeps).then_some(stats.swept)
+    })
+    .await
+    .ok_or("the sweeper did not run again within 5 s")?;
     println!("\nAll rows past their TTL: the sweeper reclaimed {swept} rows; cm_games holds 0.");
 
     // A full table: 100 emoji sets through a table declared for 64.

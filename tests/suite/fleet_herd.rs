@@ -228,6 +228,12 @@ async fn one_load_per_fleet<T: Cached>(l2: L2<'_>, rev: fn(&T) -> u64) {
 
     let callers = herd(&nodes, id);
     until_waiting(l2, NODES - 1).await;
+    // The lease's holder calls its loader once its flight runs on, which
+    // the others do not wait for.
+    eventually("the lease's holder to load", async || {
+        record.calls.get() > 0
+    })
+    .await;
     assert_eq!(record.calls.get(), 1, "one node loads, the others wait");
     record.gate.open();
 

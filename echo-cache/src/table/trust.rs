@@ -31,9 +31,12 @@ impl<T: Cached> Table<T> {
         {
             return;
         }
-        // Counted before the row goes: whoever sees it gone sees it counted.
-        Counters::bump(&self.counters.invalidations);
         self.flights.overtake(key, || {
+            // Counted under the flights' lock, before the row goes: whoever
+            // sees the row gone sees it counted, and whoever sees it
+            // counted finds the id's flight detached (a new flight of the
+            // id waits for this lock, so it starts after the removal).
+            Counters::bump(&self.counters.invalidations);
             let cause = RemovalCause::InvalidatedRemotely;
             self.rows.remove_older(key, version, cause)
         });
