@@ -131,6 +131,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "no unsafe code")]
     fn counts_saturate_at_fifteen_and_halve_after_the_sample() {
         let mut sketch = Sketch::new(100);
         assert_eq!(sketch.sample, 1_500);
@@ -147,6 +148,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "no unsafe code")]
     fn frequent_ids_outrank_rare_ones() {
         let mut sketch = Sketch::new(1_000);
         for round in 0..8 {
