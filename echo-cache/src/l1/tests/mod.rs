@@ -360,7 +360,7 @@ mod inspect;
 /// ([`Array::free`]), a value ([`Word`]).
 ///
 /// Run with `RUSTFLAGS="--cfg echo_cache_loom" cargo test -p echo-cache
-/// --lib --target-dir target/loom model -- --test-threads=1`.
+/// --lib --target-dir target/loom model` (as `scripts/test` does).
 #[cfg(echo_cache_loom)]
 mod model;
 mod races;
