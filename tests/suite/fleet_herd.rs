@@ -280,6 +280,26 @@ async fn a_tracking_table_herds_once_and_its_lease_keys_push_no_row() {
     answers(callers).await;
 
     assert_eq!(record.calls.get(), 1, "one loader call across the fleet");
+
+    // A node applies its pushes in the server's order: once each node has
+    // dropped its row for a write made after the herd, it has been told of
+    // every lease and wake list key the herd wrote. Two writers, as a
+    // write is pushed to every node but its own.
+    let marker = Id::<Tracked>::mint();
+    for (writer, rev) in [(0, 1), (1, 2)] {
+        let others = || (0..NODES).filter(move |&i| i != writer).map(|i| &nodes[i]);
+        for node in others() {
+            bounded("the marker read", node.fetch(marker))
+                .await
+                .unwrap();
+            assert!(node.contains(marker));
+        }
+        nodes[writer].put(marker, Tracked { rev }).await.unwrap();
+        eventually("the others to drop the marker", async || {
+            others().all(|node| !node.contains(marker))
+        })
+        .await;
+    }
     for node in &nodes {
         let stats = node.stats::<Tracked>();
         assert_eq!(stats.malformed_messages, 0, "the lease's pushes are no row");
