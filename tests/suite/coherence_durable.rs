@@ -75,7 +75,7 @@ fn caught_up(server: &RedisServer, node: &str) -> bool {
         .iter()
         .find(|group| {
             let named = group.get("name").map(redis::from_redis_value_ref::<String>);
-            named.is_some_and(|named| named.is_ok_and(|named| named == name))
+            matches!(named, Some(Ok(named)) if named == name)
         })
         .expect("the node's group");
     let zero = |field| group.get(field) == Some(&redis::Value::Int(0));

@@ -79,12 +79,12 @@ async fn writes_acknowledged_during_a_pause_reach_every_node_once_it_is_back() {
     // Each table counts a redelivery once it is done (the plain id's L2
     // frame dropped): the new node below must not read that frame first.
     eventually("A to deliver what it kept", async || {
-        let stats = (
-            a.stats::<Tracked>(),
-            a.stats::<Broadcast>(),
-            a.stats::<Plain>(),
-        );
-        stats.0.redeliveries > 0 && stats.1.redeliveries > 0 && stats.2.redeliveries > 0
+        let redeliveries = [
+            a.stats::<Tracked>().redeliveries,
+            a.stats::<Broadcast>().redeliveries,
+            a.stats::<Plain>().redeliveries,
+        ];
+        redeliveries.iter().all(|&redeliveries| redeliveries > 0)
     })
     .await;
     reads(&b, t, 1, "B reads the tracked write").await;
