@@ -159,7 +159,10 @@ async fn a_hung_loader_times_out_and_the_next_fetch_loads_afresh() {
     assert_eq!(cache.fetch(id).await.unwrap().source(), Source::Hit);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+// The clock is paused: it moves on only once every task waits, so the 20
+// waiters have all joined the flight when its deadline passes, however
+// loaded the machine.
+#[tokio::test(start_paused = true)]
 async fn every_waiter_of_a_hung_flight_gets_the_deadline() {
     let store = Store::with(&[Then::Hang], &Gate::closed());
     let cache = cache(&store, Duration::from_millis(200));
